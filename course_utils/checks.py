@@ -1,0 +1,29 @@
+"""Numerical checks of from-scratch code against a library implementation."""
+from __future__ import annotations
+
+import torch
+
+
+def compare(name: str, ours, reference, atol: float = 1e-6, rtol: float = 1e-5) -> float:
+    """Print how close ``ours`` is to ``reference`` and assert they agree.
+
+    Prints ``name | exact | approximate | maxdiff`` (Karpathy's ``cmp`` habit) and
+    raises ``AssertionError`` if ``|ours - reference| > atol + rtol * |reference|``
+    anywhere. Returns the max absolute difference.
+    """
+    ours_t = torch.as_tensor(ours).detach().cpu()
+    ref_t = torch.as_tensor(reference).detach().cpu()
+    if ours_t.shape != ref_t.shape:
+        raise AssertionError(f"{name}: shapes differ, ours {tuple(ours_t.shape)} vs reference {tuple(ref_t.shape)}")
+    dtype = torch.promote_types(ours_t.dtype, ref_t.dtype)
+    if not dtype.is_floating_point:
+        dtype = torch.float64
+    ours_t, ref_t = ours_t.to(dtype), ref_t.to(dtype)
+    if torch.isnan(ours_t).any() or torch.isnan(ref_t).any():
+        raise AssertionError(f"{name}: NaN in {'ours' if torch.isnan(ours_t).any() else 'reference'}")
+    exact = bool(torch.equal(ours_t, ref_t))
+    maxdiff = float((ours_t - ref_t).abs().max()) if ours_t.numel() else 0.0
+    close = bool(torch.allclose(ours_t, ref_t, atol=atol, rtol=rtol))
+    print(f"{name:32s} | exact: {str(exact):5s} | approximate: {str(close):5s} | maxdiff: {maxdiff:.3e}")
+    assert close, f"{name}: max abs diff {maxdiff:.3e} exceeds atol={atol}, rtol={rtol}"
+    return maxdiff

@@ -1,0 +1,240 @@
+"""The course's tiny world: data generation and loading.
+
+Everything the CPU path trains on is generated here, deterministically, and
+committed under ``data/`` so a learner can read it. ``python -m course_utils.data``
+regenerates the files; ``tests/test_data.py`` checks they come out byte for byte.
+
+The world
+---------
+* **Arithmetic word problems** with a verifiable answer: every pair ``(a, b)`` with
+  ``10 <= a, b <= 99``. A completion is written R1-style::
+
+      <think>23 + 45 = 68</think><answer>68</answer>
+
+* **Pretraining corpus**: short English documents about people, what they like
+  (including "likes Y most / least", used in 02 to show that SFT has no negative
+  signal), places, counting, and arithmetic facts. Arithmetic facts use only
+  *train* pairs, so held-out test sums never appear in any training text.
+* **Preference pairs** (prompt / chosen / rejected): chosen is a correct, well
+  formatted answer; rejected breaks the format or contradicts its own reasoning
+  (think says 68, answer says 61). A tiny reward model can learn these; it cannot
+  learn "wrong sum" negatives (measured), so the data avoids asking it to.
+
+Splits are by ``(a, b)`` pair and fixed: ``test`` (300 pairs, the evaluation set
+of every notebook), ``validation`` (300), ``train`` (the rest).
+"""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Iterable
+
+from .paths import data_dir
+
+# Bump when the generator changes; data/README.md and the tests quote it.
+GENERATOR_VERSION = 1
+GENERATOR_SEED = 20261129  # fixed on purpose: the data is part of the course, not of a run
+SPLITS = ("train", "validation", "test")
+N_TEST_PAIRS = 300
+N_VALIDATION_PAIRS = 300
+LOW, HIGH = 10, 99
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+
+NAMES = ["Anna", "Ben", "Cara", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivan", "Jo",
+         "Kai", "Lena", "Milo", "Nina", "Omar", "Pia", "Raj", "Sara", "Tom", "Uma"]
+THINGS = ["apples", "books", "coins", "stamps", "shells", "pens", "cards", "eggs",
+          "marbles", "stones", "cups", "keys"]
+FOODS = ["tea", "rice", "soup", "bread", "plums", "cheese", "figs", "noodles", "milk", "honey"]
+PLACES = ["the park", "the market", "the river", "school", "the library", "the farm",
+          "the beach", "the station"]
+ANIMALS = ["cat", "dog", "bird", "horse", "fox", "goat", "duck", "owl"]
+VERBS_PAST = ["walked to", "ran to", "drove to", "went to", "looked at"]
+COLOURS = ["red", "blue", "green", "yellow", "white", "black"]
+
+# Question templates: {n} name, {a} {b} numbers, {t} thing.
+QUESTION_TEMPLATES = [
+    "{n} has {a} {t} and gets {b} more. How many {t} does {n} have now?",
+    "{n} had {a} {t}. A friend gave {n} {b} {t}. How many {t} does {n} have?",
+    "There are {a} {t} in one box and {b} {t} in another. How many {t} are there in total?",
+    "What is {a} plus {b}?",
+    "{n} found {a} {t} on Monday and {b} {t} on Tuesday. How many {t} did {n} find?",
+    "Add {a} and {b}.",
+]
+
+
+# --------------------------------------------------------------------------- splits
+def all_pairs() -> list[tuple[int, int]]:
+    """Every ``(a, b)`` with ``LOW <= a, b <= HIGH``, in a fixed order."""
+    return [(a, b) for a in range(LOW, HIGH + 1) for b in range(LOW, HIGH + 1)]
+
+
+def split_pairs() -> dict[str, list[tuple[int, int]]]:
+    """The fixed train / validation / test split of the addition pairs."""
+    pairs = all_pairs()
+    random.Random(GENERATOR_SEED).shuffle(pairs)
+    test = sorted(pairs[:N_TEST_PAIRS])
+    val = sorted(pairs[N_TEST_PAIRS:N_TEST_PAIRS + N_VALIDATION_PAIRS])
+    train = sorted(pairs[N_TEST_PAIRS + N_VALIDATION_PAIRS:])
+    return {"train": train, "validation": val, "test": test}
+
+
+# --------------------------------------------------------------------------- problems
+def format_completion(a: int, b: int, answer: int | None = None) -> str:
+    """The reference completion for ``a + b``: reasoning in think, result in answer."""
+    total = a + b
+    shown = total if answer is None else answer
+    return f"{THINK_OPEN}{a} + {b} = {total}{THINK_CLOSE}{ANSWER_OPEN}{shown}{ANSWER_CLOSE}"
+
+
+def make_problem(a: int, b: int, rng: random.Random, split: str, index: int) -> dict:
+    template = rng.choice(QUESTION_TEMPLATES)
+    question = template.format(n=rng.choice(NAMES), a=a, b=b, t=rng.choice(THINGS))
+    return {
+        "id": f"{split}-{index:05d}",
+        "a": a,
+        "b": b,
+        "question": question,
+        "answer": str(a + b),
+        "completion": format_completion(a, b),
+    }
+
+
+def generate_problems() -> dict[str, list[dict]]:
+    """Arithmetic problems per split; one problem per pair, order shuffled."""
+    out = {}
+    for split, pairs in split_pairs().items():
+        rng = random.Random(f"{GENERATOR_SEED}-problems-{split}")
+        pairs = list(pairs)
+        rng.shuffle(pairs)
+        out[split] = [make_problem(a, b, rng, split, i) for i, (a, b) in enumerate(pairs)]
+    return out
+
+
+# --------------------------------------------------------------------------- corpus
+def _sentence(rng: random.Random, pairs: list[tuple[int, int]]) -> str:
+    n, m = rng.sample(NAMES, 2)
+    kind = rng.randrange(10)
+    if kind == 0:
+        return f"{n} likes {rng.choice(FOODS)}."
+    if kind == 1:
+        f1, f2 = rng.sample(FOODS, 2)
+        return f"{n} likes {f1} most and {f2} least."
+    if kind == 2:
+        return f"{n} {rng.choice(VERBS_PAST)} {rng.choice(PLACES)} with {m}."
+    if kind == 3:
+        return f"The {rng.choice(COLOURS)} {rng.choice(ANIMALS)} sat near {rng.choice(PLACES)}."
+    if kind == 4:
+        start = rng.randint(1, 90)
+        return "Counting: " + " ".join(str(start + i) for i in range(rng.randint(3, 6))) + "."
+    if kind == 5:
+        return f"{n} gave {m} a {rng.choice(COLOURS)} {rng.choice(ANIMALS)} toy."
+    # kinds 6-9: arithmetic facts, from train pairs only
+    a, b = rng.choice(pairs)
+    if kind == 6:
+        return f"{a} + {b} = {a + b}."
+    if kind == 7:
+        return f"{a} plus {b} is {a + b}."
+    if kind == 8:
+        t = rng.choice(THINGS)
+        return f"{n} had {a} {t} and got {b} more, so {n} had {a + b} {t}."
+    return f"The sum of {a} and {b} is {a + b}."
+
+
+def generate_corpus(n_train: int = 6000, n_validation: int = 400) -> dict[str, list[dict]]:
+    """Pretraining documents (2-5 sentences each) for train and validation."""
+    pairs = split_pairs()["train"]
+    out = {}
+    for split, n_docs in (("train", n_train), ("validation", n_validation)):
+        rng = random.Random(f"{GENERATOR_SEED}-corpus-{split}")
+        out[split] = [{"text": " ".join(_sentence(rng, pairs) for _ in range(rng.randint(2, 5)))}
+                      for _ in range(n_docs)]
+    return out
+
+
+# --------------------------------------------------------------------------- preferences
+def _rejected(a: int, b: int, rng: random.Random) -> tuple[str, str]:
+    """A bad completion and the kind of flaw it has."""
+    total = a + b
+    kind = rng.choice(["mismatch", "no_tags", "no_think", "unclosed", "answer_first"])
+    if kind == "mismatch":  # reasoning and answer disagree
+        wrong = total + rng.choice([-11, -10, -2, -1, 1, 2, 10, 11])
+        return format_completion(a, b, answer=wrong), kind
+    if kind == "no_tags":
+        return f"{a} + {b} = {total}. The answer is {total}.", kind
+    if kind == "no_think":
+        return f"{ANSWER_OPEN}{total}{ANSWER_CLOSE}", kind
+    if kind == "unclosed":
+        return f"{THINK_OPEN}{a} + {b} = {total}{ANSWER_OPEN}{total}", kind
+    return f"{ANSWER_OPEN}{total}{ANSWER_CLOSE}{THINK_OPEN}{a} + {b} = {total}{THINK_CLOSE}", kind
+
+
+def generate_preferences() -> dict[str, list[dict]]:
+    """Preference pairs built on the arithmetic problems of each split."""
+    out = {}
+    for split, problems in generate_problems().items():
+        rng = random.Random(f"{GENERATOR_SEED}-prefs-{split}")
+        rows = []
+        for p in problems:
+            rejected, kind = _rejected(p["a"], p["b"], rng)
+            rows.append({"id": p["id"], "prompt": p["question"], "chosen": p["completion"],
+                         "rejected": rejected, "flaw": kind})
+        out[split] = rows
+    return out
+
+
+# --------------------------------------------------------------------------- files
+def _dump_jsonl(rows: Iterable[dict]) -> str:
+    return "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows)
+
+
+def generated_files() -> dict[str, str]:
+    """File name -> exact text of every file under ``data/`` the generator owns."""
+    files = {}
+    for prefix, tables in (("arithmetic", generate_problems()), ("corpus", generate_corpus()),
+                           ("preferences", generate_preferences())):
+        for split, rows in tables.items():
+            files[f"{prefix}_{split}.jsonl"] = _dump_jsonl(rows)
+    return files
+
+
+def write_data(out_dir: str | Path | None = None) -> list[Path]:
+    """Write every generated file to ``out_dir`` (default: the repo's ``data/``)."""
+    out = Path(out_dir) if out_dir is not None else data_dir(must_exist=False)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in generated_files().items():
+        path = out / name
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written
+
+
+DATASETS = ("arithmetic", "corpus", "preferences")
+
+
+def load_jsonl(name: str, split: str, n: int | None = None) -> list[dict]:
+    """Rows of ``data/<name>_<split>.jsonl``; the first ``n`` if given.
+
+    >>> load_jsonl("arithmetic", "test", n=1)[0]["answer"]  # doctest: +SKIP
+    '68'
+    """
+    if name not in DATASETS:
+        raise ValueError(f"unknown data set {name!r}; choose one of {DATASETS}")
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose one of {SPLITS}")
+    path = data_dir() / f"{name}_{split}.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"data file {path} is missing: it ships with the course; restore it with "
+            f"`git checkout data/` or regenerate it with `python -m course_utils.data`")
+    with path.open(encoding="utf-8") as fh:
+        rows = [json.loads(line) for line in fh if line.strip()]
+    return rows[:n] if n is not None else rows
+
+
+if __name__ == "__main__":
+    for p in write_data():
+        print("wrote", p)

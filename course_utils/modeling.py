@@ -1,0 +1,144 @@
+"""Tokenizer and model for the CPU path: a real Qwen3 built from a config.
+
+* ``train_tokenizer`` trains a byte-level BPE on the course corpus with the
+  ``tokenizers`` library. Digits are split one per token (so ``68`` is ``6``, ``8``:
+  addition becomes a digit-by-digit pattern a tiny model can learn) and the tags
+  ``<think>``/``</think>``/``<answer>``/``</answer>`` are single *non-special*
+  tokens: TRL decodes completions with ``skip_special_tokens=True`` and must keep them.
+* ``CHAT_TEMPLATE`` is a Qwen-style template whose assistant content sits inside
+  ``{% generation %}`` so ``return_assistant_tokens_mask`` / TRL's
+  ``assistant_only_loss`` know which tokens to train.
+* ``tiny_qwen3_config`` / ``build_model`` make a ``Qwen3ForCausalLM`` from scratch.
+* Checkpoints are saved and loaded as safetensors only (``save_pretrained`` with
+  safetensors, ``from_pretrained(use_safetensors=True)``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken
+from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+from .data import ANSWER_CLOSE, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN, load_jsonl
+
+PAD_TOKEN = "<|endoftext|>"
+BOS_TOKEN = "<|im_start|>"
+EOS_TOKEN = "<|im_end|>"
+SPECIAL_TOKENS = [PAD_TOKEN, BOS_TOKEN, EOS_TOKEN]
+TAG_TOKENS = [THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE]
+DEFAULT_VOCAB_SIZE = 640
+
+# Qwen-style chat markup. {% generation %} marks what the assistant says, which is
+# what SFT trains on (assistant_only_loss) and what the loss-mask figure shows.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if message['role'] == 'assistant' %}"
+    "{{ '<|im_start|>assistant\n' }}"
+    "{% generation %}{{ message['content'] + '<|im_end|>' }}{% endgeneration %}"
+    "{{ '\n' }}"
+    "{% else %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def tokenizer_training_texts() -> list[str]:
+    """What the tokenizer learns its merges from: corpus plus train-split chats."""
+    texts = [r["text"] for r in load_jsonl("corpus", "train")]
+    texts += [p["question"] + " " + p["completion"] for p in load_jsonl("arithmetic", "train")]
+    return texts
+
+
+def train_tokenizer(texts: list[str] | None = None, vocab_size: int = DEFAULT_VOCAB_SIZE
+                    ) -> PreTrainedTokenizerFast:
+    """Train the course's byte-level BPE and wrap it for ``transformers``.
+
+    Deterministic for a given ``texts``: ``tokenizers`` BPE training is single-pass
+    counting plus ordered merges.
+    """
+    if vocab_size < 300:
+        raise ValueError(f"vocab_size={vocab_size} is too small: 256 byte tokens come first")
+    texts = tokenizer_training_texts() if texts is None else texts
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),  # 68 -> 6 | 8
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer=trainer)
+    # Tags are whole tokens but not "special": decoding with skip_special_tokens keeps them.
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAG_TOKENS])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=BOS_TOKEN, eos_token=EOS_TOKEN, pad_token=PAD_TOKEN,
+        padding_side="right", model_max_length=256)
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def tiny_qwen3_config(vocab_size: int, hidden_size: int = 96, layers: int = 4, heads: int = 4,
+                      kv_heads: int = 2, intermediate_size: int = 256, max_positions: int = 256,
+                      pad_token_id: int | None = None, eos_token_id: int | None = None,
+                      bos_token_id: int | None = None) -> Qwen3Config:
+    """A Qwen3 config small enough to train on two CPU cores in about a minute.
+
+    Same architecture as Qwen3-0.6B (RMSNorm, rotary positions, grouped-query
+    attention with q/k norms, SwiGLU MLP, tied embeddings); only the sizes differ.
+    """
+    if hidden_size % heads:
+        raise ValueError(f"hidden_size={hidden_size} must be divisible by heads={heads}")
+    return Qwen3Config(
+        vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size,
+        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+        head_dim=hidden_size // heads, max_position_embeddings=max_positions,
+        tie_word_embeddings=True, rope_theta=10000.0, attention_dropout=0.0,
+        pad_token_id=pad_token_id, eos_token_id=eos_token_id, bos_token_id=bos_token_id,
+        use_cache=True)
+
+
+def build_model(tokenizer: PreTrainedTokenizerFast, seed: int, **config_kwargs) -> Qwen3ForCausalLM:
+    """A freshly initialised tiny ``Qwen3ForCausalLM`` matching ``tokenizer``."""
+    config = tiny_qwen3_config(
+        vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id, **config_kwargs)
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model
+
+
+def count_parameters(model: torch.nn.Module) -> dict[str, int]:
+    """Parameter counts: total (tied weights once), embedding, and the transformer body."""
+    total = sum(p.numel() for p in model.parameters())
+    emb = model.get_input_embeddings().weight.numel()
+    return {"total": total, "embedding": emb, "body": total - emb}
+
+
+def save_checkpoint(model, tokenizer, path: str | Path) -> Path:
+    """Save model (safetensors) and tokenizer to ``path``."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path, safe_serialization=True)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def check_safetensors_dir(path: str | Path) -> Path:
+    """Raise a clear error unless ``path`` is a folder with safetensors weights."""
+    path = Path(path)
+    if path.is_file():
+        raise ValueError(f"{path} is a file; a checkpoint is a folder saved with save_pretrained")
+    if not path.is_dir():
+        raise FileNotFoundError(f"checkpoint folder {path} does not exist")
+    if not any(path.glob("*.safetensors")):
+        found = sorted(p.name for p in path.iterdir())
+        raise ValueError(f"{path} holds no *.safetensors weights (found {found}); the course "
+                         "loads weights only as safetensors, never pickled .bin/.pt files")
+    return path

@@ -1,0 +1,46 @@
+"""Where the course reads data and writes artifacts.
+
+* ``data/`` ships with the repository (override: env ``COURSE_DATA``).
+* ``artifacts/`` holds everything a run writes (override: env ``COURSE_ARTIFACTS``);
+  each notebook writes only under ``artifacts/<notebook>/`` and its results file
+  ``artifacts/results/<notebook>.json``. Deleting ``artifacts/`` is always safe.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def repo_root() -> Path | None:
+    """The course checkout this package lives in, or None when installed elsewhere."""
+    root = Path(__file__).resolve().parents[1]
+    return root if (root / "notebooks").is_dir() and (root / "data").is_dir() else None
+
+
+def data_dir(must_exist: bool = True) -> Path:
+    """The folder holding the shipped ``*.jsonl`` files."""
+    env = os.environ.get("COURSE_DATA")
+    root = repo_root()
+    path = Path(env) if env else (root / "data" if root else Path.cwd() / "data")
+    if must_exist and not path.is_dir():
+        raise FileNotFoundError(
+            f"course data folder {path} not found; set COURSE_DATA or run from a course checkout")
+    return path
+
+
+def artifacts_root() -> Path:
+    """Root of everything the course writes (created on demand)."""
+    env = os.environ.get("COURSE_ARTIFACTS")
+    root = repo_root()
+    path = Path(env) if env else (root / "artifacts" if root else Path.cwd() / "artifacts")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def artifacts_dir(owner: str) -> Path:
+    """``artifacts/<owner>/``, created on demand; ``owner`` is a notebook or stage name."""
+    if not owner or "/" in owner or owner.startswith("."):
+        raise ValueError(f"bad artifacts owner {owner!r}: use a plain name like '01_pretrain'")
+    path = artifacts_root() / owner
+    path.mkdir(parents=True, exist_ok=True)
+    return path

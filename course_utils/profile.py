@@ -1,0 +1,127 @@
+"""Run profiles: the parameters every notebook starts from.
+
+A notebook's parameters cell names a profile; everything that differs between a
+laptop CPU and a GPU box lives here, so switching is one line::
+
+    cfg = get_profile("auto")         # cpu-tiny without CUDA, gpu with it
+    cfg = get_profile("gpu", model_id="Qwen/Qwen3-1.7B")
+
+``cpu-tiny`` trains the course's own tiny Qwen3 on the shipped data; ``gpu`` loads
+a real hub model (needs internet the first time, then the HF cache).
+"""
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import torch
+
+DEFAULT_SEED = 1234
+PROFILES = ("auto", "cpu-tiny", "gpu")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Everything a notebook needs to know about where and what it runs.
+
+    Attributes:
+        name: ``"cpu-tiny"`` or ``"gpu"`` (``"auto"`` is resolved before this exists).
+        model_id: hub id or local folder of the base model; ``None`` on ``cpu-tiny``
+            means "the course's own model, built by ``load_stage``".
+        seed: seed for python, numpy and torch (env ``COURSE_SEED`` overrides the default).
+        device: ``"cpu"`` or ``"cuda"``.
+        dtype: parameter dtype for training (float32 on CPU; bfloat16 on GPU).
+        eval_size: problems in the held-out evaluation (>= 200 so 5 points is real).
+        max_new_tokens: generation budget for evaluation.
+        scale: multiplier for step counts (tiny on CPU, larger on GPU).
+    """
+
+    name: str
+    model_id: str | None
+    seed: int
+    device: str
+    dtype: torch.dtype
+    eval_size: int = 300
+    max_new_tokens: int = 24
+    scale: float = 1.0
+    notes: dict = field(default_factory=dict)
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.device == "cpu"
+
+    def trainer_kwargs(self, **overrides) -> dict:
+        """Arguments for ``TrainingArguments`` / TRL configs that are safe here.
+
+        TRL's defaults (``bf16=True``, ``gradient_checkpointing=True``) crash or run
+        an order of magnitude slower on a CPU; these switch them off and keep runs
+        quiet, local and reproducible. ``overrides`` win.
+        """
+        kwargs = dict(
+            seed=self.seed, data_seed=self.seed, report_to="none", save_strategy="no",
+            logging_strategy="steps", disable_tqdm=False, remove_unused_columns=True,
+            dataloader_pin_memory=False, dataloader_num_workers=0,
+        )
+        if self.is_cpu:
+            kwargs.update(bf16=False, fp16=False, gradient_checkpointing=False, use_cpu=True)
+        else:
+            kwargs.update(bf16=True, gradient_checkpointing=True)
+        kwargs.update(overrides)
+        return kwargs
+
+    def steps(self, cpu_steps: int) -> int:
+        """A step count scaled for this profile (at least 1)."""
+        return max(1, int(round(cpu_steps * self.scale)))
+
+
+def resolve_seed(seed: int | None = None) -> int:
+    """``seed`` if given, else env ``COURSE_SEED``, else the course default."""
+    if seed is not None:
+        return int(seed)
+    env = os.environ.get("COURSE_SEED")
+    if env is None or env == "":
+        return DEFAULT_SEED
+    try:
+        return int(env)
+    except ValueError:
+        raise ValueError(f"COURSE_SEED must be an integer, got {env!r}") from None
+
+
+def get_profile(name: str = "auto", *, model_id: str | None = None, seed: int | None = None,
+                **overrides) -> Profile:
+    """Resolve a profile name to a :class:`Profile`.
+
+    Args:
+        name: ``"auto"`` (``gpu`` when CUDA is available, else ``cpu-tiny``),
+            ``"cpu-tiny"`` or ``"gpu"``.
+        model_id: override the profile's base model (e.g. your own checkpoint).
+        seed: override the seed (default: env ``COURSE_SEED`` or 1234).
+        overrides: any other :class:`Profile` field.
+    """
+    if name not in PROFILES:
+        raise ValueError(f"unknown profile {name!r}; choose one of {PROFILES}")
+    if name == "auto":
+        name = "gpu" if torch.cuda.is_available() else "cpu-tiny"
+    seed = resolve_seed(seed)
+    if name == "cpu-tiny":
+        prof = Profile(name=name, model_id=None, seed=seed, device="cpu", dtype=torch.float32)
+    else:
+        if not torch.cuda.is_available():
+            raise RuntimeError("profile 'gpu' needs CUDA, and torch sees no GPU here; "
+                               "use 'cpu-tiny' or 'auto'")
+        prof = Profile(name=name, model_id="Qwen/Qwen3-0.6B", seed=seed, device="cuda",
+                       dtype=torch.bfloat16, eval_size=300, max_new_tokens=256, scale=1.0)
+    if model_id is not None:
+        prof = replace(prof, model_id=model_id)
+    return replace(prof, **overrides) if overrides else prof
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (CPU and CUDA)."""
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)

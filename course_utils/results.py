@@ -1,0 +1,90 @@
+"""Measured results: each notebook records its before/after metrics here.
+
+``artifacts/results/<notebook>.json`` holds::
+
+    {"notebook": "01_pretrain", "seed": 1234, "seconds": 95.2, "peak_ram_mb": 1400,
+     "profile": "cpu-tiny", "metrics": {"val_loss": {"before": 6.4, "after": 1.2}}}
+
+The course runner aggregates these files into ``build/RESULTS.md``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import platform
+import resource
+import sys
+import time
+from pathlib import Path
+
+from .paths import artifacts_root
+
+
+class Timer:
+    """Wall-clock seconds since creation: ``t = Timer(); ...; t.seconds``."""
+
+    def __init__(self):
+        self.start = time.perf_counter()
+
+    @property
+    def seconds(self) -> float:
+        return time.perf_counter() - self.start
+
+
+def peak_ram_mb() -> float:
+    """Peak resident memory of this process so far, in MiB (the kernel's, in a notebook)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB on Linux
+
+
+def results_dir() -> Path:
+    path = artifacts_root() / "results"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def record_results(notebook: str, metrics: dict, seed: int, seconds: float, profile: str = "cpu-tiny",
+                   extra: dict | None = None) -> Path:
+    """Write ``artifacts/results/<notebook>.json``; returns its path.
+
+    ``metrics`` maps a name to ``{"before": x, "after": y}`` (finite numbers).
+    """
+    clean = {}
+    for name, pair in metrics.items():
+        if not isinstance(pair, dict) or set(pair) != {"before", "after"}:
+            raise ValueError(f"metric {name!r} must be {{'before': x, 'after': y}}, got {pair!r}")
+        vals = {k: float(v) for k, v in pair.items()}
+        if not all(math.isfinite(v) for v in vals.values()):
+            raise ValueError(f"metric {name!r} has a non-finite value: {vals}")
+        clean[name] = vals
+    record = {"notebook": notebook, "seed": int(seed), "seconds": round(float(seconds), 1),
+              "peak_ram_mb": round(peak_ram_mb(), 1), "profile": profile,
+              "python": platform.python_version(), "metrics": clean}
+    if extra:
+        record["extra"] = extra
+    path = results_dir() / f"{notebook}.json"
+    path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+def load_results(folder: str | Path | None = None) -> list[dict]:
+    """Every results record in ``folder`` (default ``artifacts/results``), by notebook."""
+    folder = Path(folder) if folder is not None else results_dir()
+    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))]
+
+
+def results_markdown(records: list[dict], runner_stats: dict | None = None) -> str:
+    """A Markdown table: stage, metric, before, after, seconds, peak RAM."""
+    runner_stats = runner_stats or {}
+    lines = ["# Course results", "",
+             "Measured by the notebooks themselves (held-out data; before vs after).", "",
+             "| notebook | metric | before | after | seconds | peak RAM (MiB) | seed | profile |",
+             "|---|---|---|---|---|---|---|---|"]
+    for rec in records:
+        nb = rec["notebook"]
+        secs = runner_stats.get(nb, {}).get("seconds", rec.get("seconds"))
+        for i, (name, pair) in enumerate(sorted(rec["metrics"].items())):
+            tail = (f"{secs:.0f} | {rec.get('peak_ram_mb', float('nan')):.0f} | {rec['seed']} | {rec.get('profile', '')}"
+                    if i == 0 else " | | | ")
+            lines.append(f"| {nb if i == 0 else ''} | {name} | {pair['before']:.4g} | {pair['after']:.4g} | {tail} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,81 @@
+import json
+
+import pytest
+
+from course_utils import data
+from course_utils.paths import data_dir
+
+
+def test_shipped_files_regenerate_byte_for_byte():
+    generated = data.generated_files()
+    shipped = {p.name: p.read_bytes() for p in data_dir().glob("*.jsonl")}
+    assert set(generated) == set(shipped)
+    for name, text in generated.items():
+        assert text.encode("utf-8") == shipped[name], f"{name} differs: run python -m course_utils.data"
+
+
+def test_write_data_to_other_folder(tmp_path):
+    written = data.write_data(tmp_path)
+    assert {p.name for p in written} == set(data.generated_files())
+
+
+def test_splits_are_disjoint_and_cover_all_pairs():
+    splits = data.split_pairs()
+    sets = {k: set(v) for k, v in splits.items()}
+    assert len(sets["test"]) == data.N_TEST_PAIRS >= 200
+    assert not (sets["train"] & sets["test"]) and not (sets["train"] & sets["validation"])
+    assert not (sets["validation"] & sets["test"])
+    assert set().union(*sets.values()) == set(data.all_pairs())
+
+
+def test_test_sums_never_appear_in_training_text():
+    test_pairs = set(data.split_pairs()["test"])
+    checked = 0
+    for split in ("train", "validation"):
+        for r in data.load_jsonl("corpus", split):
+            for sentence in r["text"].split(". "):
+                if any(k in sentence for k in (" + ", " plus ", "sum of", " got ")):
+                    nums = [int(w.strip(".,")) for w in sentence.split() if w.strip(".,").isdigit()]
+                    assert tuple(nums[:2]) not in test_pairs, sentence
+                    checked += 1
+    assert checked > 1000  # the corpus does contain arithmetic facts
+
+
+def test_problems_are_consistent():
+    for split in data.SPLITS:
+        for p in data.load_jsonl("arithmetic", split):
+            assert int(p["answer"]) == p["a"] + p["b"]
+            assert p["completion"] == data.format_completion(p["a"], p["b"])
+            assert str(p["a"]) in p["question"] and str(p["b"]) in p["question"]
+
+
+def test_preferences_differ_in_a_learnable_way():
+    from course_utils.rewards import is_correct, is_well_formatted
+    rows = data.load_jsonl("preferences", "train")
+    flaws = {r["flaw"] for r in rows}
+    assert flaws == {"mismatch", "no_tags", "no_think", "unclosed", "answer_first"}
+    for r in rows[:500]:
+        assert is_well_formatted(r["chosen"]) and r["chosen"] != r["rejected"]
+        # a rejected answer is badly formatted or contradicts its own reasoning
+        assert not is_well_formatted(r["rejected"]) or r["flaw"] == "mismatch"
+
+
+def test_jsonl_rows_are_sorted_key_json():
+    line = (data_dir() / "arithmetic_test.jsonl").read_text(encoding="utf-8").splitlines()[0]
+    assert line == json.dumps(json.loads(line), ensure_ascii=False, sort_keys=True)
+
+
+@pytest.mark.parametrize("name,split,error", [("nope", "train", ValueError), ("arithmetic", "dev", ValueError),
+                                              ("corpus", "test", FileNotFoundError)])
+def test_load_jsonl_bad_input(name, split, error):
+    with pytest.raises(error):
+        data.load_jsonl(name, split)
+
+
+def test_missing_data_file_says_how_to_restore(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_DATA", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="python -m course_utils.data"):
+        data.load_jsonl("arithmetic", "test")
+    monkeypatch.setenv("COURSE_DATA", str(tmp_path / "absent"))
+    with pytest.raises(FileNotFoundError, match="COURSE_DATA"):
+        data.load_jsonl("arithmetic", "test")

@@ -1,0 +1,73 @@
+import pytest
+import torch
+
+from course_utils import modeling
+from course_utils.evaluation import chat_prompt
+
+
+def test_digits_split_one_per_token(tokenizer):
+    assert tokenizer.tokenize("1234") == ["1", "2", "3", "4"]
+
+
+def test_tags_are_single_non_special_tokens(tokenizer):
+    text = "<think>2 + 3 = 5</think><answer>5</answer>"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    for tag in modeling.TAG_TOKENS:
+        assert tokenizer.convert_tokens_to_ids(tag) in ids
+        assert tag not in tokenizer.all_special_tokens
+    # TRL decodes with skip_special_tokens=True: the tags must survive, EOS must not
+    decoded = tokenizer.decode(ids + [tokenizer.eos_token_id], skip_special_tokens=True)
+    assert decoded == text
+
+
+def test_chat_template_marks_only_assistant_tokens(tokenizer):
+    msgs = [{"role": "user", "content": "What is 2 plus 3?"},
+            {"role": "assistant", "content": "<think>2 + 3 = 5</think><answer>5</answer>"}]
+    out = tokenizer.apply_chat_template(msgs, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    trained = [t for t, m in zip(out["input_ids"], out["assistant_masks"]) if m]
+    assert tokenizer.decode(trained) == msgs[1]["content"] + modeling.EOS_TOKEN
+    assert chat_prompt(tokenizer, "hi").endswith("<|im_start|>assistant\n")
+
+
+def test_tokenizer_is_deterministic(tokenizer):
+    again = modeling.train_tokenizer()
+    assert again.get_vocab() == tokenizer.get_vocab()
+
+
+def test_tokenizer_rejects_tiny_vocab():
+    with pytest.raises(ValueError, match="too small"):
+        modeling.train_tokenizer(["a b c"], vocab_size=100)
+
+
+def test_model_is_a_small_qwen3(tokenizer):
+    model = modeling.build_model(tokenizer, seed=0)
+    assert type(model).__name__ == "Qwen3ForCausalLM"
+    n = modeling.count_parameters(model)["total"]
+    assert 3e5 < n < 5e6, n
+    assert model.config.vocab_size == len(tokenizer)
+
+
+def test_same_seed_same_weights(tokenizer):
+    a, b = modeling.build_model(tokenizer, seed=1), modeling.build_model(tokenizer, seed=1)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def test_safetensors_roundtrip(tokenizer, tmp_path):
+    from course_utils.stages import load_checkpoint
+    model = modeling.build_model(tokenizer, seed=0)
+    path = modeling.save_checkpoint(model, tokenizer, tmp_path / "ckpt")
+    assert (path / "model.safetensors").exists() and not list(path.glob("*.bin"))
+    loaded, tok = load_checkpoint(path)
+    assert tok.get_vocab() == tokenizer.get_vocab()
+    assert all(torch.equal(p, q) for p, q in zip(model.state_dict().values(), loaded.state_dict().values()))
+
+
+def test_non_safetensors_checkpoint_is_refused(tmp_path):
+    (tmp_path / "pickled").mkdir()
+    torch.save({"w": torch.zeros(1)}, tmp_path / "pickled" / "pytorch_model.bin")
+    with pytest.raises(ValueError, match="safetensors"):
+        modeling.check_safetensors_dir(tmp_path / "pickled")
+    with pytest.raises(ValueError, match="is a file"):
+        modeling.check_safetensors_dir(tmp_path / "pickled" / "pytorch_model.bin")
+    with pytest.raises(FileNotFoundError):
+        modeling.check_safetensors_dir(tmp_path / "absent")
