@@ -9,6 +9,7 @@ data       the tiny world: arithmetic problems, corpus, preference pairs
 modeling   tokenizer training, tiny Qwen3 config, safetensors checkpoints
 stages     stage checkpoints shared between notebooks (``load_stage``)
 rewards    verifiable reward functions (never raise)
+rl         small RL experiments: bandits, cliff walk, IS, Monte Carlo, MCTS
 evaluation batched generation, accuracy / format rate on held-out data
 plotting   figures; every function returns ``(fig, ax)``
 checks     ``compare`` from-scratch code with the library
