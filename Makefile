@@ -22,10 +22,10 @@ $(VENV)/.installed: pyproject.toml
 comma := ,
 
 course: install
-	$(OFFLINE) MPLBACKEND=Agg $(PY) -m course_utils.runner
+	$(OFFLINE) $(PY) -m course_utils.runner
 
 test: install
-	$(OFFLINE) MPLBACKEND=Agg $(PY) -m pytest
+	$(OFFLINE) $(PY) -m pytest
 
 lab: install
 	$(VENV)/bin/jupyter lab notebooks/

@@ -7,6 +7,7 @@ paths      where data is read and artifacts are written
 profile    run profiles (cpu-tiny / gpu), seeds, CPU-safe trainer args
 data       the tiny world: arithmetic problems, corpus, preference pairs
 modeling   tokenizer training, tiny Qwen3 config, safetensors checkpoints
+training   trainer recipes: pretraining (packed), SFT, reward model
 stages     stage checkpoints shared between notebooks (``load_stage``)
 rewards    verifiable reward functions (never raise)
 rl         small RL experiments: bandits, cliff walk, IS, Monte Carlo, MCTS

@@ -29,6 +29,10 @@ NOTEBOOKS = [
                  "check the environment, the pipeline Pretrain -> SFT -> RLHF, the glossary", 0.5),
     NotebookInfo("01", "pretrain", "Pretraining a tiny Qwen3",
                  "tokenizer, Qwen3 config, next-token loss from scratch and with Trainer", 3),
+    NotebookInfo("02", "sft", "Supervised fine-tuning",
+                 "chat template, loss mask, SFTTrainer, why SFT is not enough", 3),
+    NotebookInfo("03", "reward_model", "Reward model",
+                 "backbone + scalar head, Bradley-Terry loss, RewardTrainer", 3),
     NotebookInfo("04", "rl_foundations", "RL foundations",
                  "on/off-policy, importance sampling, Monte Carlo, MCTS/UCT, detach, advantage", 1),
 ]

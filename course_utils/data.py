@@ -82,11 +82,21 @@ def split_pairs() -> dict[str, list[tuple[int, int]]]:
 
 
 # --------------------------------------------------------------------------- problems
+def column_steps(a: int, b: int) -> str:
+    """Column addition written out, ones first, carry explicit: ``9 + 6 = 15, 2 + 4 + 1 = 7``."""
+    ones = a % 10 + b % 10
+    tens = a // 10 + b // 10 + ones // 10
+    return f"{a % 10} + {b % 10} = {ones}, {a // 10} + {b // 10} + {ones // 10} = {tens}"
+
+
 def format_completion(a: int, b: int, answer: int | None = None) -> str:
-    """The reference completion for ``a + b``: reasoning in think, result in answer."""
-    total = a + b
-    shown = total if answer is None else answer
-    return f"{THINK_OPEN}{a} + {b} = {total}{THINK_CLOSE}{ANSWER_OPEN}{shown}{ANSWER_CLOSE}"
+    """The reference completion for ``a + b``: column steps and their result in think, the sum in answer.
+
+    ``<think>9 + 6 = 15, 2 + 4 + 1 = 7, so 75</think><answer>75</answer>``. ``answer``
+    overrides the number in ``<answer>`` (to build think/answer mismatches).
+    """
+    shown = a + b if answer is None else answer
+    return f"{THINK_OPEN}{column_steps(a, b)}, so {a + b}{THINK_CLOSE}{ANSWER_OPEN}{shown}{ANSWER_CLOSE}"
 
 
 def make_problem(a: int, b: int, rng: random.Random, split: str, index: int) -> dict:
@@ -115,41 +125,37 @@ def generate_problems() -> dict[str, list[dict]]:
 
 # --------------------------------------------------------------------------- corpus
 def _sentence(rng: random.Random, pairs: list[tuple[int, int]]) -> str:
+    """One corpus sentence: 40% everyday language, 60% arithmetic (train pairs only)."""
     n, m = rng.sample(NAMES, 2)
     kind = rng.randrange(10)
     if kind == 0:
-        return f"{n} likes {rng.choice(FOODS)}."
-    if kind == 1:
         f1, f2 = rng.sample(FOODS, 2)
-        return f"{n} likes {f1} most and {f2} least."
-    if kind == 2:
+        return rng.choice([f"{n} likes {f1}.", f"{n} likes {f1} most and {f2} least."])
+    if kind == 1:
         return f"{n} {rng.choice(VERBS_PAST)} {rng.choice(PLACES)} with {m}."
+    if kind == 2:
+        return rng.choice([f"The {rng.choice(COLOURS)} {rng.choice(ANIMALS)} sat near {rng.choice(PLACES)}.",
+                           f"{n} gave {m} a {rng.choice(COLOURS)} {rng.choice(ANIMALS)} toy."])
     if kind == 3:
-        return f"The {rng.choice(COLOURS)} {rng.choice(ANIMALS)} sat near {rng.choice(PLACES)}."
-    if kind == 4:
         start = rng.randint(1, 90)
         return "Counting: " + " ".join(str(start + i) for i in range(rng.randint(3, 6))) + "."
-    if kind == 5:
-        return f"{n} gave {m} a {rng.choice(COLOURS)} {rng.choice(ANIMALS)} toy."
-    # kinds 6-9: arithmetic facts, from train pairs only
+    # kinds 4-9: arithmetic, from train pairs only: facts, column additions, worked word problems
     a, b = rng.choice(pairs)
+    if kind <= 5:
+        return rng.choice([f"{a} + {b} = {a + b}.", f"{a} plus {b} is {a + b}.", f"The sum of {a} and {b} is {a + b}."])
     if kind == 6:
-        return f"{a} + {b} = {a + b}."
-    if kind == 7:
-        return f"{a} plus {b} is {a + b}."
-    if kind == 8:
-        t = rng.choice(THINGS)
-        return f"{n} had {a} {t} and got {b} more, so {n} had {a + b} {t}."
-    return f"The sum of {a} and {b} is {a + b}."
+        return f"To add {a} and {b}: {column_steps(a, b)}, so {a} + {b} = {a + b}."
+    question = rng.choice(QUESTION_TEMPLATES).format(n=n, a=a, b=b, t=rng.choice(THINGS))
+    return f"{question} {column_steps(a, b)}, so {a + b}."
 
 
-def generate_corpus(n_train: int = 6000, n_validation: int = 400) -> dict[str, list[dict]]:
-    """Pretraining documents (2-5 sentences each) for train and validation."""
+def generate_corpus(n_train: int = 8000, n_validation: int = 400) -> dict[str, list[dict]]:
+    """Pretraining documents (1-3 sentences each) for train and validation."""
     pairs = split_pairs()["train"]
     out = {}
     for split, n_docs in (("train", n_train), ("validation", n_validation)):
         rng = random.Random(f"{GENERATOR_SEED}-corpus-{split}")
-        out[split] = [{"text": " ".join(_sentence(rng, pairs) for _ in range(rng.randint(2, 5)))}
+        out[split] = [{"text": " ".join(_sentence(rng, pairs) for _ in range(rng.randint(1, 3)))}
                       for _ in range(n_docs)]
     return out
 
@@ -163,12 +169,12 @@ def _rejected(a: int, b: int, rng: random.Random) -> tuple[str, str]:
         wrong = total + rng.choice([-11, -10, -2, -1, 1, 2, 10, 11])
         return format_completion(a, b, answer=wrong), kind
     if kind == "no_tags":
-        return f"{a} + {b} = {total}. The answer is {total}.", kind
+        return f"{column_steps(a, b)}. The answer is {total}.", kind
     if kind == "no_think":
         return f"{ANSWER_OPEN}{total}{ANSWER_CLOSE}", kind
     if kind == "unclosed":
-        return f"{THINK_OPEN}{a} + {b} = {total}{ANSWER_OPEN}{total}", kind
-    return f"{ANSWER_OPEN}{total}{ANSWER_CLOSE}{THINK_OPEN}{a} + {b} = {total}{THINK_CLOSE}", kind
+        return f"{THINK_OPEN}{column_steps(a, b)}, so {total}{ANSWER_OPEN}{total}", kind
+    return f"{ANSWER_OPEN}{total}{ANSWER_CLOSE}{THINK_OPEN}{column_steps(a, b)}, so {total}{THINK_CLOSE}", kind
 
 
 def generate_preferences() -> dict[str, list[dict]]:
@@ -238,3 +244,65 @@ def load_jsonl(name: str, split: str, n: int | None = None) -> list[dict]:
 if __name__ == "__main__":
     for p in write_data():
         print("wrote", p)
+
+
+# --------------------------------------------------------------------------- chat views
+def to_messages(question: str, completion: str | None = None) -> list[dict]:
+    """A problem as chat messages: the user's question, then the assistant's completion if given."""
+    msgs = [{"role": "user", "content": question}]
+    if completion is not None:
+        msgs.append({"role": "assistant", "content": completion})
+    return msgs
+
+
+def sft_rows(split: str = "train", n: int | None = None, problems: list[dict] | None = None) -> list[dict]:
+    """``{"messages": [...]}`` rows for TRL's ``SFTTrainer`` (conversational format)."""
+    problems = load_jsonl("arithmetic", split, n=n) if problems is None else problems
+    return [{"messages": to_messages(p["question"], p["completion"])} for p in problems]
+
+
+def preference_rows(split: str = "train", n: int | None = None) -> list[dict]:
+    """``{"prompt", "chosen", "rejected"}`` chat rows for TRL's ``RewardTrainer`` / ``DPOTrainer``."""
+    return [{"prompt": to_messages(r["prompt"]),
+             "chosen": [{"role": "assistant", "content": r["chosen"]}],
+             "rejected": [{"role": "assistant", "content": r["rejected"]}]}
+            for r in load_jsonl("preferences", split, n=n)]
+
+
+def corrupt_answers(problems: list[dict], fraction: float, seed: int) -> list[dict]:
+    """A noisy copy: ``fraction`` of the problems get a consistently wrong sum.
+
+    The wrong sum (off by 1 or 10) appears in both think and answer, as a careless
+    annotator would write it. Used in 02 to show that SFT copies its data's mistakes.
+    """
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"fraction must be in [0, 1], got {fraction}")
+    rng = random.Random(seed)
+    out = []
+    for p in problems:
+        if rng.random() < fraction:
+            wrong = p["a"] + p["b"] + rng.choice([-10, -1, 1, 10])
+            p = dict(p, completion=format_completion(p["a"], p["b"], answer=wrong))
+        out.append(p)
+    return out
+
+
+def forget_carry(problems: list[dict], templates: tuple[int, ...] = (3, 5)) -> list[dict]:
+    """A systematically wrong copy: problems asked with ``QUESTION_TEMPLATES[i]`` for ``i`` in
+    ``templates`` were labelled by an annotator who forgets the carry (29 + 46 -> 65).
+
+    Random noise averages out; an error tied to something the model can see (the wording
+    of the question) is learned as faithfully as the truth. Used in 02.
+    """
+    prefixes = tuple(QUESTION_TEMPLATES[i].split("{")[0] for i in templates)
+    out = []
+    for p in problems:
+        if p["question"].startswith(prefixes):
+            a, b = p["a"], p["b"]
+            ones = a % 10 + b % 10
+            wrong_tens = a // 10 + b // 10  # the forgotten carry
+            shown = int(f"{wrong_tens}{ones % 10}")
+            steps = f"{a % 10} + {b % 10} = {ones}, {a // 10} + {b // 10} + 0 = {wrong_tens}, so {shown}"
+            p = dict(p, completion=f"{THINK_OPEN}{steps}{THINK_CLOSE}{ANSWER_OPEN}{shown}{ANSWER_CLOSE}")
+        out.append(p)
+    return out

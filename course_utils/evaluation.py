@@ -11,7 +11,7 @@ import math
 import torch
 from tqdm.auto import tqdm
 
-from .data import load_jsonl
+from .data import load_jsonl, to_messages
 from .rewards import is_correct, is_well_formatted
 
 MIN_EVAL_SIZE = 200
@@ -24,7 +24,7 @@ def chat_prompt(tokenizer, question: str) -> str:
 
 
 @torch.no_grad()
-def generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 24, batch_size: int = 64,
+def generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 48, batch_size: int = 64,
              do_sample: bool = False, temperature: float = 1.0, progress: bool = False) -> list[str]:
     """Complete each prompt; returns only the new text, special tokens removed.
 
@@ -57,7 +57,7 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 24, bat
     return outputs
 
 
-def evaluate_arithmetic(model, tokenizer, split: str = "test", n: int = 300, max_new_tokens: int = 24,
+def evaluate_arithmetic(model, tokenizer, split: str = "test", n: int = 300, max_new_tokens: int = 48,
                         batch_size: int = 100, return_samples: bool = False) -> dict:
     """Greedy-decode ``n`` held-out problems; report accuracy and format rate.
 
@@ -127,3 +127,68 @@ def unigram_baseline_loss(tokenizer, train_texts: list[str], eval_texts: list[st
         total -= logp[targets].sum().item()
         count += len(targets)
     return total / max(count, 1)
+
+
+@torch.no_grad()
+def continuation_logprob(model, tokenizer, prefix: str, continuation: str) -> float:
+    """``log P(continuation | prefix)`` under ``model``: the sum over the continuation's tokens."""
+    prefix_ids = tokenizer(prefix, add_special_tokens=False)["input_ids"]
+    cont_ids = tokenizer(prefix + continuation, add_special_tokens=False)["input_ids"][len(prefix_ids):]
+    if not cont_ids:
+        raise ValueError(f"continuation {continuation!r} adds no tokens to {prefix!r}")
+    device = next(model.parameters()).device
+    ids = torch.tensor([prefix_ids + cont_ids], device=device)
+    logps = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
+    targets = ids[0, 1:]
+    return float(logps[torch.arange(len(targets)), targets][-len(cont_ids):].sum())
+
+
+@torch.no_grad()
+def per_token_losses(model, tokenizer, messages: list[dict]) -> tuple[list[str], list[float], list[int]]:
+    """Tokens, next-token losses and assistant mask of one chat, for plotting what SFT averages."""
+    enc = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True,
+                                        return_assistant_tokens_mask=True)
+    ids = torch.tensor([enc["input_ids"]], device=next(model.parameters()).device)
+    logps = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
+    losses = [0.0] + (-logps[torch.arange(ids.shape[1] - 1), ids[0, 1:]]).tolist()
+    return tokenizer.convert_ids_to_tokens(enc["input_ids"]), losses, list(enc["assistant_masks"])
+
+
+@torch.no_grad()
+def score_completions(reward_model, tokenizer, questions: list[str], completions: list[str],
+                      batch_size: int = 64) -> torch.Tensor:
+    """Reward-model scores, shape (N,), of each (question, completion) chat.
+
+    Texts are built as TRL's ``RewardTrainer`` builds them: the chat template over
+    ``[user, assistant]`` messages, tokenized without extra special tokens, right-padded.
+    """
+    if len(questions) != len(completions):
+        raise ValueError(f"{len(questions)} questions but {len(completions)} completions")
+    was_training = reward_model.training
+    reward_model.eval()
+    device = next(reward_model.parameters()).device
+    old_side = tokenizer.padding_side
+    tokenizer.padding_side = "right"
+    scores = []
+    try:
+        for start in range(0, len(questions), batch_size):
+            texts = [tokenizer.apply_chat_template(to_messages(q, c), tokenize=False)
+                     for q, c in zip(questions[start:start + batch_size], completions[start:start + batch_size])]
+            enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+            scores.append(reward_model(**enc).logits[:, 0].float().cpu())
+    finally:
+        tokenizer.padding_side = old_side
+        reward_model.train(was_training)
+    return torch.cat(scores)
+
+
+def pair_accuracy(reward_model, tokenizer, rows: list[dict]) -> dict:
+    """Share of preference rows whose chosen completion out-scores the rejected one.
+
+    ``rows`` have ``prompt``, ``chosen``, ``rejected`` (strings, as in ``data/preferences_*.jsonl``).
+    Returns ``{"accuracy", "chosen", "rejected"}`` (scores as tensors).
+    """
+    questions = [r["prompt"] for r in rows]
+    chosen = score_completions(reward_model, tokenizer, questions, [r["chosen"] for r in rows])
+    rejected = score_completions(reward_model, tokenizer, questions, [r["rejected"] for r in rows])
+    return {"accuracy": float((chosen > rejected).float().mean()), "chosen": chosen, "rejected": rejected}

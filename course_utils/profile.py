@@ -44,7 +44,7 @@ class Profile:
     device: str
     dtype: torch.dtype
     eval_size: int = 300
-    max_new_tokens: int = 24
+    max_new_tokens: int = 48
     scale: float = 1.0
     notes: dict = field(default_factory=dict)
 

@@ -1,5 +1,8 @@
 """Stage checkpoints: each notebook saves one, later notebooks load it.
 
+Stages: ``pretrain`` (01), ``sft`` (02, from pretrain), ``reward`` (03, a scalar
+head on the sft backbone).
+
 ``load_stage("pretrain")`` returns ``(model, tokenizer)`` from
 ``artifacts/<notebook>/model``; when the checkpoint is missing it *builds* it with
 the same recipe the notebook uses (and says so), so every notebook also runs on
@@ -16,11 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import torch
-from transformers import (AutoModelForCausalLM, AutoTokenizer, DataCollatorForLanguageModeling,
-                          Trainer, TrainingArguments)
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from .data import load_jsonl
+from . import training
 from .modeling import build_model, check_safetensors_dir, save_checkpoint, train_tokenizer
 from .paths import artifacts_dir
 from .profile import Profile, get_profile, seed_everything
@@ -89,6 +90,7 @@ def load_stage(name: str, profile: Profile | None = None, build_if_missing: bool
     profile = profile or get_profile("auto")
     if name == "pretrain" and not profile.is_cpu and profile.model_id:
         return load_hub_model(profile.model_id, profile, model_class=model_class, **kwargs)
+    # Later stages on the GPU profile are trained from the hub model by the same builders.
     if not stage_exists(name):
         if not build_if_missing:
             raise FileNotFoundError(f"stage {name!r} not found at {stage_dir(name)}; run {spec.notebook}")
@@ -101,46 +103,37 @@ def load_stage(name: str, profile: Profile | None = None, build_if_missing: bool
     return model.to(profile.device), tokenizer
 
 
-# --------------------------------------------------------------------------- pretrain
-PRETRAIN_STEPS = 900
-PRETRAIN_BATCH = 32
-PRETRAIN_LR = 3e-3
-
-
-def corpus_dataset(tokenizer, split: str):
-    """Corpus documents tokenized for causal LM training, each ending with EOS."""
-    from datasets import Dataset
-    texts = [r["text"] + tokenizer.eos_token for r in load_jsonl("corpus", split)]
-    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    return Dataset.from_dict({"input_ids": ids})
-
-
-def pretrain_trainer(model, tokenizer, profile: Profile, output_dir: str | Path,
-                     steps: int = PRETRAIN_STEPS, eval_every: int = 100) -> Trainer:
-    """A ``transformers.Trainer`` set up for next-token pretraining on the corpus."""
-    args = TrainingArguments(
-        output_dir=str(output_dir),
-        **profile.trainer_kwargs(
-            max_steps=steps, per_device_train_batch_size=PRETRAIN_BATCH, per_device_eval_batch_size=64,
-            learning_rate=PRETRAIN_LR, lr_scheduler_type="cosine", warmup_steps=max(1, steps // 20),
-            weight_decay=0.1, logging_steps=max(1, eval_every // 2), eval_strategy="steps",
-            eval_steps=eval_every))
-    return Trainer(
-        model=model, args=args, train_dataset=corpus_dataset(tokenizer, "train"),
-        eval_dataset=corpus_dataset(tokenizer, "validation"),
-        data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False))
-
-
-def build_pretrain_stage(profile: Profile, steps: int | None = None) -> Trainer:
-    """Train tokenizer and tiny Qwen3 from scratch and save the ``pretrain`` stage."""
-    steps = PRETRAIN_STEPS if steps is None else steps
+# --------------------------------------------------------------------------- builders
+def build_pretrain_stage(profile: Profile, steps: int | None = None) -> None:
+    """Train tokenizer and tiny Qwen3 from scratch (the recipe of 01) and save ``pretrain``."""
     seed_everything(profile.seed)
     tokenizer = train_tokenizer()
     model = build_model(tokenizer, seed=profile.seed).to(profile.device)
-    trainer = pretrain_trainer(model, tokenizer, profile, artifacts_dir("01_pretrain") / "trainer", steps)
-    trainer.train()
+    steps = training.PRETRAIN_STEPS if steps is None else steps
+    training.pretrain_trainer(model, tokenizer, profile, artifacts_dir("01_pretrain") / "trainer", steps).train()
     save_checkpoint(model, tokenizer, stage_dir("pretrain"))
-    return trainer
 
 
-register_stage("pretrain", "01_pretrain", build_pretrain_stage, minutes=1.5)
+def build_sft_stage(profile: Profile, steps: int | None = None) -> None:
+    """SFT of the ``pretrain`` stage on the arithmetic chats (the recipe of 02); saves ``sft``."""
+    seed_everything(profile.seed)
+    model, tokenizer = load_stage("pretrain", profile)
+    steps = training.SFT_STEPS if steps is None else steps
+    training.sft_trainer(model, tokenizer, profile, artifacts_dir("02_sft") / "trainer", steps=steps).train()
+    save_checkpoint(model, tokenizer, stage_dir("sft"))
+
+
+def build_reward_stage(profile: Profile, steps: int | None = None) -> None:
+    """Reward model on the ``sft`` backbone (the recipe of 03); saves ``reward``."""
+    from transformers import AutoModelForSequenceClassification
+    seed_everything(profile.seed)
+    model, tokenizer = load_stage("sft", profile, model_class=AutoModelForSequenceClassification, num_labels=1)
+    steps = training.REWARD_STEPS if steps is None else steps
+    training.reward_trainer(model, tokenizer, profile, artifacts_dir("03_reward_model") / "trainer",
+                            steps=steps).train()
+    save_checkpoint(model, tokenizer, stage_dir("reward"))
+
+
+register_stage("pretrain", "01_pretrain", build_pretrain_stage, minutes=1.2)
+register_stage("sft", "02_sft", build_sft_stage, minutes=0.5)
+register_stage("reward", "03_reward_model", build_reward_stage, minutes=0.5)

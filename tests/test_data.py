@@ -28,17 +28,25 @@ def test_splits_are_disjoint_and_cover_all_pairs():
     assert set().union(*sets.values()) == set(data.all_pairs())
 
 
-def test_test_sums_never_appear_in_training_text():
-    test_pairs = set(data.split_pairs()["test"])
-    checked = 0
-    for split in ("train", "validation"):
-        for r in data.load_jsonl("corpus", split):
-            for sentence in r["text"].split(". "):
-                if any(k in sentence for k in (" + ", " plus ", "sum of", " got ")):
-                    nums = [int(w.strip(".,")) for w in sentence.split() if w.strip(".,").isdigit()]
-                    assert tuple(nums[:2]) not in test_pairs, sentence
-                    checked += 1
-    assert checked > 1000  # the corpus does contain arithmetic facts
+def test_corpus_draws_arithmetic_only_from_train_pairs(monkeypatch):
+    """With a one-pair train split, the only numbers >= 10 in the text come from that pair's addition."""
+    real = data.split_pairs()
+    monkeypatch.setattr(data, "split_pairs", lambda: {**real, "train": [(17, 25)]})
+    docs = data.generate_corpus(n_train=300, n_validation=0)["train"]
+    numbers = set()
+    for doc in docs:
+        for sentence in doc["text"].split(". "):
+            if not sentence.startswith("Counting"):
+                words = sentence.replace(".", " ").replace(",", " ").replace(":", " ").replace("?", " ").split()
+                numbers |= {int(w) for w in words if w.isdigit() and int(w) >= 10}
+    assert numbers == {17, 25, 42, 12}  # the pair, its sum, and the ones column 7 + 5 = 12
+
+
+def test_shipped_corpus_uses_the_shipped_split():
+    corpus = " ".join(r["text"] for r in data.load_jsonl("corpus", "train"))
+    test_pairs = data.split_pairs()["test"]
+    assert not any(f"{a} + {b} = {a + b}" in corpus for a, b in test_pairs)
+    assert sum(f"{a} + {b} = {a + b}" in corpus for a, b in data.split_pairs()["train"][:300]) > 30
 
 
 def test_problems_are_consistent():

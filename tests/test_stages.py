@@ -15,7 +15,7 @@ def test_missing_stage_without_build_raises(tmp_artifacts):
 
 
 def test_missing_stage_is_built_then_loaded(tmp_artifacts, monkeypatch, capsys):
-    monkeypatch.setattr(stages, "PRETRAIN_STEPS", 5)  # the recipe, shortened
+    monkeypatch.setattr(stages.training, "PRETRAIN_STEPS", 5)  # the recipe, shortened
     prof = get_profile("cpu-tiny")
     model, tok = stages.load_stage("pretrain", prof)
     assert "building it now" in capsys.readouterr().out

@@ -1,0 +1,94 @@
+"""Helpers behind notebooks 02 and 03: chat views of the data, corrupted copies, reward scoring, recipes."""
+import pytest
+import torch
+from transformers import AutoModelForSequenceClassification
+
+from course_utils import data, evaluation, modeling, training
+from course_utils.profile import get_profile
+from course_utils.rewards import is_correct, is_well_formatted
+
+
+def test_column_steps_and_completion():
+    assert data.column_steps(29, 46) == "9 + 6 = 15, 2 + 4 + 1 = 7"
+    assert data.format_completion(29, 46) == "<think>9 + 6 = 15, 2 + 4 + 1 = 7, so 75</think><answer>75</answer>"
+    assert data.format_completion(99, 99).endswith("<answer>198</answer>")
+    assert is_correct(data.format_completion(12, 39), "51")
+
+
+def test_chat_views():
+    row = data.sft_rows("test", n=1)[0]
+    assert [m["role"] for m in row["messages"]] == ["user", "assistant"]
+    pref = data.preference_rows("test", n=2)
+    assert set(pref[0]) == {"prompt", "chosen", "rejected"} and pref[0]["prompt"][0]["role"] == "user"
+
+
+def test_corrupt_answers_is_seeded_and_bounded():
+    problems = data.load_jsonl("arithmetic", "train", n=1000)
+    noisy = data.corrupt_answers(problems, 0.3, seed=0)
+    wrong = sum(not is_correct(n["completion"], p["answer"]) for n, p in zip(noisy, problems))
+    assert 200 < wrong < 400 and noisy == data.corrupt_answers(problems, 0.3, seed=0)
+    assert all(is_well_formatted(n["completion"]) for n in noisy)
+    with pytest.raises(ValueError):
+        data.corrupt_answers(problems, 1.5, seed=0)
+
+
+def test_forget_carry_only_touches_two_templates_and_only_carries():
+    problems = data.load_jsonl("arithmetic", "train")
+    careless = data.forget_carry(problems)
+    for p, c in zip(problems, careless):
+        affected = p["question"].startswith(("What is", "Add "))
+        has_carry = p["a"] % 10 + p["b"] % 10 >= 10
+        assert is_correct(c["completion"], p["answer"]) == (not (affected and has_carry))
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(tokenizer):
+    lm = modeling.build_model(tokenizer, seed=0)
+    return lm, tokenizer
+
+
+def test_score_completions_matches_manual_last_token(tiny_pair, tmp_path):
+    lm, tok = tiny_pair
+    path = modeling.save_checkpoint(lm, tok, tmp_path / "lm")
+    rm = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
+    scores = evaluation.score_completions(rm, tok, ["Add 10 and 20.", "What is 12 plus 39?"],
+                                          ["30", data.format_completion(12, 39)], batch_size=1)
+    batched = evaluation.score_completions(rm, tok, ["Add 10 and 20.", "What is 12 plus 39?"],
+                                           ["30", data.format_completion(12, 39)], batch_size=2)
+    torch.testing.assert_close(scores, batched, atol=1e-5, rtol=1e-5)  # padding does not change a score
+    res = evaluation.pair_accuracy(rm, tok, data.load_jsonl("preferences", "test", n=8))
+    assert 0 <= res["accuracy"] <= 1 and res["chosen"].shape == (8,)
+    with pytest.raises(ValueError):
+        evaluation.score_completions(rm, tok, ["a"], [])
+
+
+def test_continuation_logprob_and_per_token_losses(tiny_pair):
+    lm, tok = tiny_pair
+    lp = evaluation.continuation_logprob(lm, tok, "Anna likes", " tea")
+    assert lp < 0
+    toks, losses, mask = evaluation.per_token_losses(lm, tok, data.to_messages("Add 10 and 20.", "30"))
+    assert len(toks) == len(losses) == len(mask) and sum(mask) > 0
+    with pytest.raises(ValueError):
+        evaluation.continuation_logprob(lm, tok, "Anna", "")
+
+
+def test_sft_recipe_trains_and_callback_records(tiny_pair, tmp_path):
+    lm, tok = tiny_pair
+    before = [p.detach().clone() for p in lm.parameters()]
+    trainer = training.sft_trainer(lm, tok, get_profile("cpu-tiny"), tmp_path, train_rows=data.sft_rows(n=64),
+                                   steps=4, logging_steps=2)
+    curve = training.AccuracyCallback(tok, every=2, n=200, max_new_tokens=2)
+    trainer.add_callback(curve)
+    trainer.train()
+    assert [s for s, _ in curve.curve] == [0, 2, 4]
+    assert any(not torch.equal(a, b) for a, b in zip(before, lm.parameters()))
+
+
+def test_reward_recipe_trains(tiny_pair, tmp_path):
+    lm, tok = tiny_pair
+    path = modeling.save_checkpoint(lm, tok, tmp_path / "lm")
+    rm = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
+    head = rm.score.weight.detach().clone()
+    training.reward_trainer(rm, tok, get_profile("cpu-tiny"), tmp_path / "rm", train_rows=data.preference_rows(n=64),
+                            steps=3).train()
+    assert not torch.equal(head, rm.score.weight)
