@@ -58,7 +58,7 @@ def test_problems_are_consistent():
 
 
 def test_preferences_differ_in_a_learnable_way():
-    from course_utils.rewards import is_correct, is_well_formatted
+    from course_utils.rewards import is_well_formatted
     rows = data.load_jsonl("preferences", "train")
     flaws = {r["flaw"] for r in rows}
     assert flaws == {"mismatch", "no_tags", "no_think", "unclosed", "answer_first"}
