@@ -68,6 +68,18 @@ def test_preferences_differ_in_a_learnable_way():
         assert not is_well_formatted(r["rejected"]) or r["flaw"] == "mismatch"
 
 
+def test_mismatch_pairs_keep_the_reasoning_and_change_the_answer():
+    from collections import Counter
+    from course_utils.rewards import extract_answer, extract_think
+    rows = data.load_jsonl("preferences", "train")
+    shares = Counter(r["flaw"] for r in rows)
+    for flaw, weight in data.FLAW_WEIGHTS.items():
+        assert abs(shares[flaw] / len(rows) - weight) < 0.03, (flaw, shares[flaw])
+    for r in [r for r in rows if r["flaw"] == "mismatch"][:500]:
+        assert extract_think(r["rejected"]) == extract_think(r["chosen"])
+        assert extract_answer(r["rejected"]) != extract_answer(r["chosen"])
+
+
 def test_jsonl_rows_are_sorted_key_json():
     line = (data_dir() / "arithmetic_test.jsonl").read_text(encoding="utf-8").splitlines()[0]
     assert line == json.dumps(json.loads(line), ensure_ascii=False, sort_keys=True)
