@@ -248,11 +248,6 @@ def load_jsonl(name: str, split: str, n: int | None = None) -> list[dict]:
     return rows[:n] if n is not None else rows
 
 
-if __name__ == "__main__":
-    for p in write_data():
-        print("wrote", p)
-
-
 # --------------------------------------------------------------------------- chat views
 def to_messages(question: str, completion: str | None = None) -> list[dict]:
     """A problem as chat messages: the user's question, then the assistant's completion if given."""
@@ -313,3 +308,8 @@ def forget_carry(problems: list[dict], templates: tuple[int, ...] = (3, 5)) -> l
             p = dict(p, completion=f"{THINK_OPEN}{steps}{THINK_CLOSE}{ANSWER_OPEN}{shown}{ANSWER_CLOSE}")
         out.append(p)
     return out
+
+
+if __name__ == "__main__":
+    for p in write_data():
+        print("wrote", p)

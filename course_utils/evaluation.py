@@ -12,6 +12,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .data import load_jsonl, to_messages
+from .losses import selective_log_softmax
 from .rewards import is_correct, is_well_formatted
 
 MIN_EVAL_SIZE = 200
@@ -19,8 +20,7 @@ MIN_EVAL_SIZE = 200
 
 def chat_prompt(tokenizer, question: str) -> str:
     """The chat-formatted prompt for one user question, ending where the assistant speaks."""
-    return tokenizer.apply_chat_template([{"role": "user", "content": question}],
-                                         tokenize=False, add_generation_prompt=True)
+    return tokenizer.apply_chat_template(to_messages(question), tokenize=False, add_generation_prompt=True)
 
 
 @torch.no_grad()
@@ -138,9 +138,8 @@ def continuation_logprob(model, tokenizer, prefix: str, continuation: str) -> fl
         raise ValueError(f"continuation {continuation!r} adds no tokens to {prefix!r}")
     device = next(model.parameters()).device
     ids = torch.tensor([prefix_ids + cont_ids], device=device)
-    logps = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
-    targets = ids[0, 1:]
-    return float(logps[torch.arange(len(targets)), targets][-len(cont_ids):].sum())
+    logps = selective_log_softmax(model(input_ids=ids).logits[:, :-1].float(), ids[:, 1:])[0]  # (T-1,)
+    return float(logps[-len(cont_ids):].sum())
 
 
 @torch.no_grad()
@@ -149,8 +148,8 @@ def per_token_losses(model, tokenizer, messages: list[dict]) -> tuple[list[str],
     enc = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True,
                                         return_assistant_tokens_mask=True)
     ids = torch.tensor([enc["input_ids"]], device=next(model.parameters()).device)
-    logps = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
-    losses = [0.0] + (-logps[torch.arange(ids.shape[1] - 1), ids[0, 1:]]).tolist()
+    logps = selective_log_softmax(model(input_ids=ids).logits[:, :-1].float(), ids[:, 1:])[0]  # (T-1,)
+    losses = [0.0] + (-logps).tolist()
     return tokenizer.convert_ids_to_tokens(enc["input_ids"]), losses, list(enc["assistant_masks"])
 
 
