@@ -5,23 +5,24 @@ One module per concern, in pipeline order:
 ========== ==========================================================
 paths      where data is read and artifacts are written
 profile    run profiles (cpu-tiny / gpu), seeds, CPU-safe trainer args
+recipes    one recipe object per stage: the single home of its knobs
 data       the tiny world: arithmetic problems, corpus, preference pairs
 modeling   tokenizer training, tiny Qwen3 config, safetensors checkpoints
-training   trainer recipes: pretraining (packed), SFT, reward model
-stages     stage checkpoints shared between notebooks (``load_stage``)
+training   trainer set-ups built from a recipe: pretraining, SFT, reward model
+stages     the stage table, one generic builder, ``load_stage``
+generation eval mode, greedy generation, sampling with completion masks
+losses     losses as pure functions of tensors; ``completion_logps``
 rewards    verifiable reward functions (never raise)
-rl         small RL experiments: bandits, cliff walk, IS, Monte Carlo, MCTS
-evaluation batched generation, accuracy / format rate on held-out data
+rl_basics  notebook 04's toy experiments: bandits, cliff walk, IS, MC, MCTS
+evaluation greedy accuracy, pass@k, failure breakdown, pair accuracy
 plotting   figures; every function returns ``(fig, ax)``
-checks     ``compare`` from-scratch code with the library
+checks     ``compare`` from-scratch code with the library; ``show_source``
 results    per-notebook metrics -> ``build/RESULTS.md``
 course     the notebook map and the English-Chinese glossary
 compat     CPU fallback for TRL 1.15's Triton-only log-prob kernel
 ========== ==========================================================
+
+Importing the package imports nothing heavy: TRL is imported only where a TRL
+trainer is built (so unsloth can be imported first on the GPU path).
 """
-from .compat import install_trl_cpu_fallback
-
 __version__ = "0.1.0"
-
-# TRL 1.15 needs this on machines without Triton (every CPU-only machine); see compat.
-TRL_CPU_FALLBACK = install_trl_cpu_fallback()

@@ -27,3 +27,32 @@ def compare(name: str, ours, reference, atol: float = 1e-6, rtol: float = 1e-5) 
     print(f"{name:32s} | exact: {str(exact):5s} | approximate: {str(close):5s} | maxdiff: {maxdiff:.3e}")
     assert close, f"{name}: max abs diff {maxdiff:.3e} exceeds atol={atol}, rtol={rtol}"
     return maxdiff
+
+
+def show_source(obj, title: str | None = None) -> str:
+    """Show the source of a package function or class where the lesson needs it.
+
+    In a notebook it renders as highlighted Python (a Markdown code block) headed by
+    the object's dotted name; elsewhere it prints. Returns the source text, so a
+    test or an exercise can inspect it.
+    """
+    import inspect
+    import textwrap
+
+    source = textwrap.dedent(inspect.getsource(obj))
+    name = title or f"{obj.__module__}.{obj.__qualname__}"
+    show_markdown(f"`{name}`\n\n```python\n{source}```", plain=f"# {name}\n{source}")
+    return source
+
+
+def show_markdown(text: str, plain: str | None = None) -> None:
+    """Render Markdown in a notebook; print ``plain`` (default: the text) anywhere else."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import Markdown, display
+        if get_ipython() is None:
+            raise ImportError
+    except ImportError:
+        print(text if plain is None else plain)
+    else:
+        display(Markdown(text))

@@ -1,9 +1,12 @@
 """The course map and the English-Chinese glossary.
 
-``NOTEBOOKS`` is the single source of the notebook map: notebook 00 renders it and
-``tests/test_repo.py`` checks that the README's table says the same.
+``NOTEBOOKS`` is the single source of the notebook names, built and planned: the README's
+map and notebook 00 render it with :func:`notebook_table`, ``plotting.plot_pipeline`` labels
+its boxes from it, ``stages`` names artifacts folders with :func:`notebook_name`, and
+``tests/test_repo.py`` checks it against ``notebooks/`` and the README.
 ``GLOSSARY`` maps the English term to its Chinese term (as in the seed notes) and a
-one-line meaning; notebooks link here with ``glossary_table([...])``.
+one-line meaning; notebooks link here with ``glossary_table([...])``. Table cells escape
+``|`` (as in ``π(a|s)``), which would otherwise split a cell in two.
 """
 from __future__ import annotations
 
@@ -12,44 +15,108 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class NotebookInfo:
+    """One notebook of the course, built or planned.
+
+    Attributes:
+        number: two digits, ``"02"``; the order of the course.
+        slug: the rest of the file stem, ``"sft"``.
+        title: the title in the notebook map.
+        short: the label of its box in :func:`course_utils.plotting.plot_pipeline`.
+        learn: what it teaches, one line.
+        cpu_minutes: wall time on 2 CPU cores, rounded up; ``None`` where not measured yet
+            (a planned notebook) or where it needs a GPU.
+        built: True where ``notebooks/<name>.ipynb`` exists; False for a planned notebook.
+    """
+
     number: str
     slug: str
     title: str
+    short: str
     learn: str
-    cpu_minutes: float
+    cpu_minutes: float | None
+    built: bool = True
+
+    @property
+    def name(self) -> str:
+        """``"02_sft"``: the notebook's file stem, also its artifacts folder."""
+        return f"{self.number}_{self.slug}"
 
     @property
     def filename(self) -> str:
-        return f"{self.number}_{self.slug}.ipynb"
+        return f"{self.name}.ipynb"
 
 
-# cpu_minutes: measured wall time on 2 CPU cores, rounded up (see build/RESULTS.md).
+# cpu_minutes: measured wall time on 2 CPU cores, rounded up (see build/RESULTS.md);
+# None for the planned notebooks until they exist and are measured.
 NOTEBOOKS = [
-    NotebookInfo("00", "setup_and_map", "Setup and course map",
+    NotebookInfo("00", "setup_and_map", "Setup and course map", "Setup",
                  "check the environment, the pipeline Pretrain -> SFT -> RLHF, the glossary", 0.5),
-    NotebookInfo("01", "pretrain", "Pretraining a tiny Qwen3",
-                 "tokenizer, Qwen3 config, next-token loss from scratch and with Trainer", 3),
-    NotebookInfo("02", "sft", "Supervised fine-tuning",
-                 "chat template, loss mask, SFTTrainer, why SFT is not enough", 3),
-    NotebookInfo("03", "reward_model", "Reward model",
+    NotebookInfo("01", "pretrain", "Pretraining a tiny Qwen3", "Pretrain",
+                 "tokenizer, Qwen3 config, next-token loss from scratch and with Trainer", 4),
+    NotebookInfo("02", "sft", "Supervised fine-tuning", "SFT",
+                 "chat template, loss mask, SFTTrainer, the cold start, why SFT is not enough", 5),
+    NotebookInfo("03", "reward_model", "Reward model", "Reward model",
                  "backbone + scalar head, Bradley-Terry loss, RewardTrainer", 3),
-    NotebookInfo("04", "rl_foundations", "RL foundations",
-                 "on/off-policy, importance sampling, Monte Carlo, MCTS/UCT, detach, advantage", 1),
+    NotebookInfo("04", "rl_foundations", "RL foundations", "RL foundations",
+                 "on/off-policy, importance sampling, Monte Carlo, MCTS/UCT, detach, advantage", 2),
+    NotebookInfo("05", "ppo", "PPO: proximal policy optimisation", "PPO",
+                 "policy, reference, reward model and critic; clipped ratio, GAE, KL penalty", None, built=False),
+    NotebookInfo("06", "dpo", "DPO: direct preference optimisation", "DPO",
+                 "the DPO loss from the KL-regularised objective; offline, no reward model, no sampling",
+                 None, built=False),
+    NotebookInfo("07", "grpo", "GRPO: group relative policy optimisation", "GRPO",
+                 "group-relative advantages without a critic, verifiable rewards, GRPOTrainer", None, built=False),
+    NotebookInfo("08", "r1_pipeline", "The R1 pipeline", "R1 pipeline",
+                 "R1-Zero vs R1: cold-start SFT, reasoning RL, rejection sampling", None, built=False),
+    NotebookInfo("09", "distillation", "Distillation", "Distillation",
+                 "teacher and student, soft and hard labels, temperature, distilling reasoning", None, built=False),
+    NotebookInfo("10", "inference_scaling", "Inference-time scaling", "Inference scaling",
+                 "spending compute at test time: pass@k, majority vote, best-of-n with a reward model",
+                 None, built=False),
+    NotebookInfo("11", "qwen3_grpo_unsloth_vllm", "Qwen3 GRPO with unsloth and vLLM", "Qwen3 GRPO (GPU)",
+                 "GRPO with LoRA on a real Qwen3, generation by vLLM (GPU only)", None, built=False),
 ]
 
 
-def notebook_table() -> str:
-    """The notebook map as a Markdown table (README and notebook 00)."""
+def notebook_name(number: str) -> str:
+    """The name (file stem) of notebook ``number``: ``notebook_name("02") == "02_sft"``."""
+    for nb in NOTEBOOKS:
+        if nb.number == number:
+            return nb.name
+    raise ValueError(f"no notebook {number!r}; notebooks: {[nb.number for nb in NOTEBOOKS]}")
+
+
+def _cell(text: str) -> str:
+    """Text safe inside a Markdown table cell: an unescaped ``|`` would start a new cell."""
+    return text.replace("|", r"\|")
+
+
+def notebook_table(link_prefix: str = "notebooks/", planned: bool = True) -> str:
+    """The notebook map as a Markdown table.
+
+    Args:
+        link_prefix: the path from the page showing the table to the notebooks: ``"notebooks/"``
+            in the README, ``""`` in a notebook (notebook 00).
+        planned: also list the planned notebooks, without a link and marked *coming*.
+    """
     rows = ["| # | notebook | what you learn | CPU min |", "|---|---|---|---|"]
-    rows += [f"| {nb.number} | [{nb.title}](notebooks/{nb.filename}) | {nb.learn} | {nb.cpu_minutes:g} |"
-             for nb in NOTEBOOKS]
+    for nb in NOTEBOOKS:
+        if nb.built:
+            title = f"[{_cell(nb.title)}]({link_prefix}{nb.filename})"
+        elif planned:
+            title = f"{_cell(nb.title)} *(coming)*"
+        else:
+            continue
+        minutes = "–" if nb.cpu_minutes is None else f"{nb.cpu_minutes:g}"
+        rows.append(f"| {nb.number} | {title} | {_cell(nb.learn)} | {minutes} |")
     return "\n".join(rows)
 
 
 GLOSSARY: dict[str, tuple[str, str]] = {
     "pretraining": ("预训练", "next-token prediction on large unlabelled text; learns language and facts"),
     "supervised fine-tuning (SFT)": ("监督微调", "training on question/answer chats so the model answers as wanted"),
-    "RLHF": ("人类反馈强化学习", "reinforcement learning from human feedback: optimise a policy for preferences"),
+    "RLHF": ("人类反馈强化学习", "reinforcement learning from human feedback: optimise a policy against a reward "
+             "learned from human preferences (loosely: any preference-based alignment, DPO included)"),
     "alignment (helpful, honest, harmless)": ("对齐（有用、真实、无害）", "making outputs match what people want"),
     "preference data (chosen / rejected)": ("偏好数据（好回答/坏回答）", "a prompt with a preferred and a dispreferred answer"),
     "reward model (RM)": ("奖励模型", "backbone + scalar head scoring how good an answer is"),
@@ -69,26 +136,48 @@ GLOSSARY: dict[str, tuple[str, str]] = {
     "on-policy": ("同策略", "learns only from samples of the current policy"),
     "off-policy": ("异策略", "learns from samples of another (older or behaviour) policy"),
     "importance sampling": ("重要性采样", "re-weight samples of q by p/q to estimate an expectation under p"),
-    "probability ratio": ("概率比", "pi(a|s) / pi_old(a|s), the importance weight of PPO and GRPO"),
-    "clipping": ("裁剪", "limiting the ratio to [1-eps, 1+eps] so one update cannot move too far"),
+    "probability ratio": ("概率比", "ρ = π(a|s) / π_old(a|s), the importance weight of PPO and GRPO"),
+    "clipping": ("裁剪", "PPO's clipped objective min(ρA, clip(ρ, 1-ε_clip, 1+ε_clip)A) removes the incentive to push "
+                 "the ratio ρ beyond 1±ε_clip in the direction the advantage favours; the ratio itself is not bounded"),
     "Monte Carlo method": ("蒙特卡洛方法", "estimating a quantity by random sampling"),
     "Monte Carlo estimate": ("蒙特卡洛估计", "an average over sampled paths instead of all paths; unbiased but noisy"),
     "Monte Carlo rollout": ("蒙特卡洛展开", "simulating from a state to the end with some policy"),
     "Monte Carlo tree search (MCTS)": ("蒙特卡洛树搜索", "selection, expansion, simulation, back-propagation"),
     "UCT (upper confidence bound for trees)": ("上置信界树搜索", "Q/N + C sqrt(ln T / N): value plus exploration bonus"),
     "cold start": ("冷启动", "new items or models with too little data to trust their statistics"),
+    "cold-start SFT": ("冷启动监督微调", "a short SFT on a few good demonstrations before RL, so RL starts from a model "
+                       "that already writes the answer format (DeepSeek-R1's first stage; the course's stage sft_cold)"),
     "advantage function": ("优势函数", "A = Q - V: how much better an action is than the average"),
     "value function": ("价值函数", "V(s): expected return from a state"),
-    "baseline": ("基线", "a value subtracted from returns to reduce variance without bias"),
+    "baseline": ("基线", "a value subtracted from returns; it must not depend on the action (then it adds no bias), "
+                 "and it can reduce variance"),
     "variance / bias": ("方差/偏差", "spread of an estimator / its systematic error"),
     "GAE (generalised advantage estimation)": ("广义优势估计", "advantage from TD errors, weighted by gamma*lambda"),
     "TD error": ("时序差分误差", "r + gamma V(s') - V(s)"),
     "PPO": ("近端策略优化", "proximal policy optimisation: clipped ratio, critic, KL to reference"),
-    "DPO": ("直接偏好优化", "direct preference optimisation: preferences without a reward model or sampling"),
-    "GRPO": ("组相对策略优化", "group relative policy optimisation: advantages from a group of samples"),
-    "verifiable reward": ("可验证奖励", "a reward computed by a program (is the answer right?)"),
+    "DPO": ("直接偏好优化", "direct preference optimisation: an offline loss on preference pairs, derived in closed "
+            "form from the KL-regularised RL objective; no reward model, no sampling, no RL loop"),
+    "GRPO": ("组相对策略优化", "group relative policy optimisation: on-policy policy gradient without a critic; the "
+             "advantage of an answer is its reward normalised within a group of answers to the same prompt, "
+             "the same for every token of the answer"),
+    "policy gradient": ("策略梯度", "raise the log-probability of each action in proportion to its advantage: "
+                        "∇E[R] = E[A · ∇log π(a|s)]"),
+    "KL penalty": ("KL惩罚（KL散度惩罚项）", "β · KL(π ‖ π_ref), subtracted from the reward (PPO) or added to the loss "
+                   "(GRPO), so the policy stays near the reference model: it forgets less and games the reward less"),
+    "outcome reward / process reward": ("结果奖励/过程奖励", "one reward for the whole answer / one for each reasoning "
+                                        "step; only a process reward says which step went wrong"),
+    "verifiable reward": ("可验证奖励", "a reward computed by rules in a program (is the answer right, is the format "
+                          "right?); RL on such rewards is called RLVR"),
+    "R1 (DeepSeek-R1)": ("R1（DeepSeek-R1 推理模型）", "a reasoning model trained by cold-start SFT, GRPO with rule-based "
+                         "rewards, rejection-sampling SFT and a final RL stage; writes its reasoning before the answer"),
+    "R1-Zero": ("R1-Zero（无SFT、纯强化学习）", "DeepSeek-R1-Zero: GRPO with rule-based rewards applied directly to the "
+                "base model, no SFT first; reasoning emerges, but the text is hard to read and mixes languages"),
+    "chain of thought (CoT)": ("思维链", "the reasoning written before the answer; in the course, inside the think tags"),
+    "pass@k": ("pass@k（k次采样通过率）", "the chance that at least one of k sampled answers is correct; from n samples "
+               "with c correct: 1 - C(n-c, k) / C(n, k)"),
     "reward hacking": ("奖励作弊（奖励黑客）", "the policy exploits flaws of the reward instead of improving"),
-    "closed-form problem": ("闭式解问题", "a problem with an exact answer that can be checked"),
+    "closed-form problem": ("闭式解问题", "a problem solvable by an explicit formula, without iterative search (as "
+                            "DPO's closed-form optimal policy); not the same as verifiable (see verifiable reward)"),
     "in-context learning (ICL)": ("上下文学习", "learning from examples in the prompt, without weight updates"),
     "rejection sampling": ("拒绝采样", "sample many answers, keep only the good ones for further training"),
     "distillation": ("蒸馏", "a small student imitates a large teacher"),
@@ -96,7 +185,28 @@ GLOSSARY: dict[str, tuple[str, str]] = {
     "soft label / hard label": ("软标签/硬标签", "teacher's distribution / the ground-truth one-hot label"),
     "temperature": ("温度", "divides logits before softmax: >1 flattens, <1 sharpens"),
     "LoRA / PEFT": ("低秩适配/参数高效微调", "train small low-rank adapters instead of all weights"),
-    "gradient / detach": ("梯度/梯度截断", "x - x.detach() has value 0 and gradient 1"),
+    "gradient / detach": ("梯度/梯度截断（停止梯度）", "x - x.detach() has value 0 and gradient 1"),
+    "held-out set": ("留出集（测试集）", "examples kept out of all training and used only to measure"),
+    "random seed": ("随机种子", "fixes a run's random numbers so that it can be repeated"),
+    "profile (cpu-tiny / gpu)": ("运行配置", "the course's setting for where it runs: its own tiny model on a CPU, or a "
+                                 "hub model on a GPU; checkpoints are kept per profile and base model"),
+    "checkpoint": ("检查点（模型存档）", "saved weights and tokenizer of a stage, loaded by later notebooks"),
+    "bfloat16 (bf16)": ("BF16（16位脑浮点数）", "16-bit floats with float32's range: half the memory, for GPU training"),
+    "gradient checkpointing": ("梯度检查点", "recompute activations in the backward pass instead of storing them: "
+                               "less memory, more compute"),
+    "Triton kernel": ("Triton 算子（GPU内核）", "GPU code written in the Triton language; the CPU build of PyTorch has "
+                      "no Triton"),
+    "TRL vs verl": ("TRL 与 verl（后训练框架）", "TRL: Hugging Face's post-training library on top of transformers (SFT, "
+                    "reward, DPO, GRPO trainers), used here; verl: ByteDance's RL framework for large-scale PPO/GRPO, "
+                    "placing actor, critic, reference and rollout workers on many GPUs with Ray"),
+    "Ray": ("Ray（分布式计算框架）", "a Python framework that runs tasks and stateful actors across many machines; "
+            "verl and OpenRLHF use it to put the models of RLHF on different GPUs"),
+    "OpenRLHF": ("OpenRLHF（开源RLHF框架）", "an RLHF framework built on Ray, vLLM and DeepSpeed: actor, critic, reward "
+                 "and reference models on separate GPUs, vLLM for generation; trains 70B-class models"),
+    "vLLM": ("vLLM（高吞吐推理引擎）", "a fast inference engine (PagedAttention for the KV cache, continuous batching); "
+             "RL frameworks use it to generate the samples"),
+    "unsloth": ("unsloth（高效微调库）", "faster, lower-memory fine-tuning kernels; it patches transformers and TRL, so "
+                "it must be imported before them"),
 }
 
 
@@ -107,5 +217,5 @@ def glossary_table(terms: list[str] | None = None) -> str:
     if unknown:
         raise KeyError(f"not in the glossary: {unknown}")
     rows = ["| English | 中文 | meaning |", "|---|---|---|"]
-    rows += [f"| {k} | {GLOSSARY[k][0]} | {GLOSSARY[k][1]} |" for k in keys]
+    rows += [f"| {_cell(k)} | {_cell(GLOSSARY[k][0])} | {_cell(GLOSSARY[k][1])} |" for k in keys]
     return "\n".join(rows)

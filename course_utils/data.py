@@ -14,7 +14,8 @@ The world
 * **Pretraining corpus**: short English documents about people, what they like
   (including "likes Y most / least", used in 02 to show that SFT has no negative
   signal), places, counting, and arithmetic facts. Arithmetic facts use only
-  *train* pairs, so held-out test sums never appear in any training text.
+  *train* pairs, so no held-out test problem ``a + b`` appears in any training text
+  (the split is by ordered pair: the swapped ``b + a`` of most test pairs is in train).
 * **Preference pairs** (prompt / chosen / rejected): chosen is a correct, well
   formatted answer; rejected breaks the format or contradicts its own reasoning
   (think says 68, answer says 61). A tiny reward model can learn these; it cannot
@@ -33,7 +34,7 @@ from typing import Iterable
 from .paths import data_dir
 
 # Bump when the generator changes; data/README.md and the tests quote it.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 GENERATOR_SEED = 20261129  # fixed on purpose: the data is part of the course, not of a run
 SPLITS = ("train", "validation", "test")
 N_TEST_PAIRS = 300
@@ -146,7 +147,24 @@ def _sentence(rng: random.Random, pairs: list[tuple[int, int]]) -> str:
     if kind == 6:
         return f"To add {a} and {b}: {column_steps(a, b)}, so {a} + {b} = {a + b}."
     question = rng.choice(QUESTION_TEMPLATES).format(n=n, a=a, b=b, t=rng.choice(THINGS))
+    if rng.random() < TAGGED_SHARE:
+        return tagged_solution(question, a, b, rng)
     return f"{question} {column_steps(a, b)}, so {a + b}."
+
+
+# A small share of the worked problems are written with the reasoning tags, as a forum
+# post or a textbook might mark them up. Real base models have seen such markup on the
+# web; without it, RL straight from the base (R1-Zero, notebook 08) never sees a reward.
+# About 1 sentence in 30 is tagged, half of them in the exact format the rewards accept.
+TAGGED_SHARE = 0.12
+
+
+def tagged_solution(question: str, a: int, b: int, rng: random.Random) -> str:
+    """A worked problem marked up with the tags, in the strict format or a looser one."""
+    steps, total = column_steps(a, b), a + b
+    if rng.random() < 0.5:
+        return f"{question} {THINK_OPEN}{steps}, so {total}{THINK_CLOSE}{ANSWER_OPEN}{total}{ANSWER_CLOSE}"
+    return f"{question} {THINK_OPEN}{steps}{THINK_CLOSE} The answer is {ANSWER_OPEN}{total}{ANSWER_CLOSE}."
 
 
 def generate_corpus(n_train: int = 8000, n_validation: int = 400) -> dict[str, list[dict]]:

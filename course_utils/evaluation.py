@@ -1,21 +1,27 @@
-"""Held-out evaluation: batched generation, answer accuracy, format compliance.
+"""Held-out evaluation: greedy accuracy, sampled pass@k, failure breakdown, pair accuracy.
 
 Every training notebook measures its effect with :func:`evaluate_arithmetic` on the
 fixed ``test`` split (300 problems: a 5-point change is about 1.5 standard errors
 at worst, and the before/after gaps the course asserts are far larger).
+:func:`pass_at_k` adds sampled accuracy (pass@1 and pass@k), and
+:func:`failure_breakdown` says *how* wrong answers are wrong, so a preference
+method can show which behaviour it changed.
 """
 from __future__ import annotations
 
 import math
+from collections import Counter
 
+import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from .data import load_jsonl, to_messages
-from .losses import selective_log_softmax
-from .rewards import is_correct, is_well_formatted
+from .generation import eval_mode, generate, sample_completions
+from .losses import completion_logps, sft_loss
+from .rewards import extract_answer, extract_think, is_correct, is_well_formatted, parse_int
 
 MIN_EVAL_SIZE = 200
+FAILURE_KINDS = ("correct", "format error", "answer contradicts think", "wrong sum")
 
 
 def chat_prompt(tokenizer, question: str) -> str:
@@ -23,63 +29,117 @@ def chat_prompt(tokenizer, question: str) -> str:
     return tokenizer.apply_chat_template(to_messages(question), tokenize=False, add_generation_prompt=True)
 
 
-@torch.no_grad()
-def generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 48, batch_size: int = 64,
-             do_sample: bool = False, temperature: float = 1.0, progress: bool = False) -> list[str]:
-    """Complete each prompt; returns only the new text, special tokens removed.
-
-    Prompts are left-padded so every row's continuation starts at the same column.
-    Greedy by default, which makes evaluation deterministic.
-    """
-    if not isinstance(prompts, (list, tuple)) or not all(isinstance(p, str) for p in prompts):
-        raise TypeError("prompts must be a list of strings")
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    old_side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    outputs: list[str] = []
-    try:
-        batches = range(0, len(prompts), batch_size)
-        for start in tqdm(batches, desc="generate", disable=not progress, leave=False):
-            chunk = list(prompts[start:start + batch_size])
-            enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-            gen_kwargs = dict(max_new_tokens=max_new_tokens, do_sample=do_sample,
-                              pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-            if do_sample:
-                gen_kwargs.update(temperature=temperature, top_k=0, top_p=1.0)
-            out = model.generate(**enc, **gen_kwargs)
-            new_tokens = out[:, enc["input_ids"].shape[1]:]
-            outputs += tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
-    finally:
-        tokenizer.padding_side = old_side
-        model.train(was_training)
-    return outputs
-
-
-def evaluate_arithmetic(model, tokenizer, split: str = "test", n: int = 300, max_new_tokens: int = 48,
-                        batch_size: int = 100, return_samples: bool = False) -> dict:
-    """Greedy-decode ``n`` held-out problems; report accuracy and format rate.
-
-    Returns ``{"accuracy", "format_rate", "n", "stderr"}`` (fractions in [0, 1]),
-    plus ``"samples"`` (question, completion, answer, correct) if asked.
-    """
+def heldout_problems(split: str = "test", n: int = 300) -> list[dict]:
+    """The first ``n`` problems of ``split``, refusing evaluation sets too small to trust."""
     if n < MIN_EVAL_SIZE:
         raise ValueError(f"n={n} is too small to trust: use at least {MIN_EVAL_SIZE} problems")
     problems = load_jsonl("arithmetic", split, n=n)
     if len(problems) < n:
         raise ValueError(f"split {split!r} has only {len(problems)} problems, asked for {n}")
+    return problems
+
+
+def think_conclusion(completion) -> int | None:
+    """The number the think section concludes with (its last integer), or None."""
+    think = extract_think(completion)
+    if think is None:
+        return None
+    tokens = think.replace(",", " ").split()
+    for token in reversed(tokens):
+        value = parse_int(token.rstrip("."))
+        if value is not None:
+            return value
+    return None
+
+
+def classify_failure(completion, answer) -> str:
+    """One of :data:`FAILURE_KINDS` for a completion and the reference answer.
+
+    ``correct``: the ``<answer>`` holds the right number (as accuracy counts it).
+    ``format error``: otherwise, when the text is not exactly ``<think>…</think><answer>…</answer>``.
+    ``answer contradicts think``: well formed, but the answer differs from the number the think concludes.
+    ``wrong sum``: well formed and self-consistent, and wrong.
+    """
+    if is_correct(completion, answer):
+        return "correct"
+    if not is_well_formatted(completion):
+        return "format error"
+    if parse_int(extract_answer(completion)) != think_conclusion(completion):
+        return "answer contradicts think"
+    return "wrong sum"
+
+
+def failure_breakdown(completions: list, answers: list) -> dict[str, float]:
+    """Share of each of :data:`FAILURE_KINDS` (they sum to 1)."""
+    if len(completions) != len(answers) or not completions:
+        raise ValueError(f"need as many completions as answers (got {len(completions)} and {len(answers)})")
+    counts = Counter(classify_failure(c, a) for c, a in zip(completions, answers))
+    return {kind: counts[kind] / len(completions) for kind in FAILURE_KINDS}
+
+
+def evaluate_arithmetic(model, tokenizer, split: str = "test", n: int = 300, max_new_tokens: int = 48,
+                        batch_size: int = 100, return_samples: bool = False) -> dict:
+    """Greedy-decode ``n`` held-out problems; report accuracy, format rate and failures.
+
+    Returns ``{"accuracy", "format_rate", "n", "stderr", "failures"}`` (fractions in
+    [0, 1]; ``failures`` is :func:`failure_breakdown`), plus ``"samples"`` (question,
+    completion, answer, correct) if asked.
+    """
+    problems = heldout_problems(split, n)
     prompts = [chat_prompt(tokenizer, p["question"]) for p in problems]
     completions = generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size)
-    correct = [is_correct(c, p["answer"]) for c, p in zip(completions, problems)]
+    answers = [p["answer"] for p in problems]
+    correct = [is_correct(c, a) for c, a in zip(completions, answers)]
     formatted = [is_well_formatted(c) for c in completions]
     acc = sum(correct) / n
     result = {"accuracy": acc, "format_rate": sum(formatted) / n, "n": n,
-              "stderr": math.sqrt(max(acc * (1 - acc), 1e-12) / n)}
+              "stderr": math.sqrt(max(acc * (1 - acc), 1e-12) / n),
+              "failures": failure_breakdown(completions, answers)}
     if return_samples:
         result["samples"] = [
             {"question": p["question"], "completion": c, "answer": p["answer"], "correct": ok}
             for p, c, ok in zip(problems, completions, correct)]
+    return result
+
+
+def pass_at_k_estimator(num_samples: int, num_correct: int, k: int) -> float:
+    """Unbiased pass@k from ``num_correct`` right answers among ``num_samples`` (Chen et al., 2021).
+
+    .. math:: \text{pass@}k = 1 - \binom{n - c}{k} \Big/ \binom{n}{k}
+
+    the probability that at least one of ``k`` answers drawn without replacement from
+    the ``n`` is right. (``1 - (1 - c/n)^k`` would be biased.)
+    """
+    if not 0 <= num_correct <= num_samples or not 1 <= k <= num_samples:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n; got n={num_samples}, c={num_correct}, k={k}")
+    if num_samples - num_correct < k:
+        return 1.0
+    # the product form of C(n-c, k) / C(n, k), stable for large n
+    return 1.0 - float(np.prod(1.0 - k / np.arange(num_samples - num_correct + 1, num_samples + 1)))
+
+
+def pass_at_k(model, tokenizer, k: int, temperature: float = 1.0, n: int = 300, num_samples: int | None = None,
+              split: str = "test", max_new_tokens: int = 48, greedy: bool = True, batch_size: int = 128) -> dict:
+    """Sampled accuracy on ``n`` held-out problems: pass@1 and pass@k, next to greedy accuracy.
+
+    Draws ``num_samples`` (default ``k``) answers per problem at ``temperature``.
+    ``pass@1`` is the mean share of right samples; ``pass@k`` uses
+    :func:`pass_at_k_estimator`. Returns ``{"pass@1", "pass@k", "k", "num_samples",
+    "temperature", "n", "greedy_accuracy", "greedy_format_rate"}`` (the last two only if ``greedy``).
+    """
+    num_samples = k if num_samples is None else num_samples
+    problems = heldout_problems(split, n)
+    prompts = [chat_prompt(tokenizer, p["question"]) for p in problems]
+    samples = sample_completions(model, tokenizer, prompts, num_samples=num_samples, temperature=temperature,
+                                 max_new_tokens=max_new_tokens, batch_size=batch_size)
+    right = np.array([is_correct(text, problems[i // num_samples]["answer"])
+                      for i, text in enumerate(samples.texts)]).reshape(n, num_samples)
+    result = {"pass@1": float(right.mean()),
+              "pass@k": float(np.mean([pass_at_k_estimator(num_samples, int(c), k) for c in right.sum(1)])),
+              "k": k, "num_samples": num_samples, "temperature": temperature, "n": n}
+    if greedy:
+        greedy_eval = evaluate_arithmetic(model, tokenizer, split, n, max_new_tokens)
+        result["greedy_accuracy"], result["greedy_format_rate"] = greedy_eval["accuracy"], greedy_eval["format_rate"]
     return result
 
 
@@ -89,23 +149,35 @@ def mean_token_loss(model, tokenizer, texts: list[str], batch_size: int = 64, ma
 
     Each text is followed by EOS, as in pretraining; pads are ignored.
     """
-    was_training = model.training
-    model.eval()
     device = next(model.parameters()).device
     total, count = 0.0, 0
-    for start in range(0, len(texts), batch_size):
-        chunk = [t + tokenizer.eos_token for t in texts[start:start + batch_size]]
-        enc = tokenizer(chunk, return_tensors="pt", padding=True, truncation=True,
-                        max_length=max_length, add_special_tokens=False).to(device)
-        labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
-        logits = model(**enc).logits[:, :-1].float()
-        target = labels[:, 1:]
-        loss = torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.size(-1)), target.reshape(-1), ignore_index=-100, reduction="sum")
-        total += loss.item()
-        count += (target != -100).sum().item()
-    model.train(was_training)
+    with eval_mode(model, tokenizer, padding_side="right"):
+        for start in range(0, len(texts), batch_size):
+            chunk = [t + tokenizer.eos_token for t in texts[start:start + batch_size]]
+            enc = tokenizer(chunk, return_tensors="pt", padding=True, truncation=True,
+                            max_length=max_length, add_special_tokens=False).to(device)
+            mask = enc["attention_mask"].clone()
+            mask[:, 0] = 0  # the first token has no prediction
+            logps = completion_logps(model, enc["input_ids"], enc["attention_mask"], mask)   # (B, T)
+            total -= logps.sum().item()
+            count += mask.sum().item()
     return total / max(count, 1)
+
+
+@torch.no_grad()
+def packed_loss(model, blocks: torch.Tensor, batch_size: int = 64) -> float:
+    """Mean next-token loss (nats/token) over packed blocks ``(N, block_size)``: the ``Trainer``'s eval loss.
+
+    Every block is full, so this is the mean over all predicted tokens; unlike
+    :func:`mean_token_loss` a block may span two documents (joined by EOS).
+    """
+    device = next(model.parameters()).device
+    total = 0.0
+    with eval_mode(model):
+        for start in range(0, len(blocks), batch_size):
+            x = blocks[start:start + batch_size].to(device)
+            total += sft_loss(model(input_ids=x).logits, x).item() * len(x)
+    return total / len(blocks)
 
 
 def unigram_baseline_loss(tokenizer, train_texts: list[str], eval_texts: list[str]) -> float:
@@ -138,8 +210,9 @@ def continuation_logprob(model, tokenizer, prefix: str, continuation: str) -> fl
         raise ValueError(f"continuation {continuation!r} adds no tokens to {prefix!r}")
     device = next(model.parameters()).device
     ids = torch.tensor([prefix_ids + cont_ids], device=device)
-    logps = selective_log_softmax(model(input_ids=ids).logits[:, :-1].float(), ids[:, 1:])[0]  # (T-1,)
-    return float(logps[-len(cont_ids):].sum())
+    mask = torch.tensor([[0] * len(prefix_ids) + [1] * len(cont_ids)], device=device)
+    with eval_mode(model):
+        return float(completion_logps(model, ids, torch.ones_like(ids), mask).sum())
 
 
 @torch.no_grad()
@@ -148,8 +221,9 @@ def per_token_losses(model, tokenizer, messages: list[dict]) -> tuple[list[str],
     enc = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True,
                                         return_assistant_tokens_mask=True)
     ids = torch.tensor([enc["input_ids"]], device=next(model.parameters()).device)
-    logps = selective_log_softmax(model(input_ids=ids).logits[:, :-1].float(), ids[:, 1:])[0]  # (T-1,)
-    losses = [0.0] + (-logps).tolist()
+    every_token = torch.ones_like(ids)
+    with eval_mode(model):
+        losses = (-completion_logps(model, ids, every_token, every_token))[0].tolist()  # position 0 gets 0
     return tokenizer.convert_ids_to_tokens(enc["input_ids"]), losses, list(enc["assistant_masks"])
 
 
@@ -163,21 +237,14 @@ def score_completions(reward_model, tokenizer, questions: list[str], completions
     """
     if len(questions) != len(completions):
         raise ValueError(f"{len(questions)} questions but {len(completions)} completions")
-    was_training = reward_model.training
-    reward_model.eval()
     device = next(reward_model.parameters()).device
-    old_side = tokenizer.padding_side
-    tokenizer.padding_side = "right"
     scores = []
-    try:
+    with eval_mode(reward_model, tokenizer, padding_side="right"):
         for start in range(0, len(questions), batch_size):
             texts = [tokenizer.apply_chat_template(to_messages(q, c), tokenize=False)
                      for q, c in zip(questions[start:start + batch_size], completions[start:start + batch_size])]
             enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
             scores.append(reward_model(**enc).logits[:, 0].float().cpu())
-    finally:
-        tokenizer.padding_side = old_side
-        reward_model.train(was_training)
     return torch.cat(scores)
 
 

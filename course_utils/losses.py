@@ -82,3 +82,26 @@ def bradley_terry_loss(chosen_rewards: torch.Tensor, rejected_rewards: torch.Ten
         raise ValueError(f"chosen {tuple(chosen_rewards.shape)} and rejected "
                          f"{tuple(rejected_rewards.shape)} rewards must have the same shape")
     return -F.logsigmoid(chosen_rewards - rejected_rewards).mean()
+
+
+def completion_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                     completion_mask: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Per-token log-probabilities of the completion tokens: ``(B, T)``, 0 at prompt and pad positions.
+
+    .. math:: \\log \\pi_\\theta(x_t \\mid x_{<t}) \\text{ for every } t \\text{ with mask}_t = 1
+
+    ``input_ids``/``attention_mask``/``completion_mask`` are ``(B, T)`` over the whole
+    sequence (prompt then completion). Logits at position ``t - 1`` predict token ``t``,
+    so the function shifts once, divides by ``temperature`` (the distribution the tokens
+    were sampled from) and gathers with :func:`selective_log_softmax`. Gradients flow
+    unless the caller wraps it in ``torch.no_grad()``. This is the one place where
+    the course turns a model's logits into per-token log-probs.
+    """
+    if not (input_ids.shape == attention_mask.shape == completion_mask.shape):
+        raise ValueError(f"input_ids {tuple(input_ids.shape)}, attention_mask {tuple(attention_mask.shape)} and "
+                         f"completion_mask {tuple(completion_mask.shape)} must have the same (B, T) shape")
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]     # (B, T-1, V)
+    logits = logits.float() / temperature
+    logps = selective_log_softmax(logits, input_ids[:, 1:])                               # (B, T-1)
+    logps = logps * completion_mask[:, 1:].to(logps.dtype)
+    return torch.cat([torch.zeros_like(logps[:, :1]), logps], 1)                          # (B, T)

@@ -107,30 +107,51 @@ def plot_token_mask(tokens: Sequence[str], mask: Sequence[int], title: str = "Wh
 
 
 def plot_pipeline(title: str = "Where each notebook sits", ax=None):
-    """The course pipeline as boxes and arrows: Pretrain -> SFT -> RLHF family -> R1 -> distillation."""
-    fig, ax = _ax(ax, figsize=(11, 3.6))
-    boxes = {  # name: (x, y, colour)
-        "01 Pretrain": (0.5, 1.0, "#cfe2f3"), "02 SFT": (2.2, 1.0, "#cfe2f3"),
-        "03 Reward model": (4.1, 2.0, "#fce5cd"), "05 PPO\n(RM + critic)": (6.0, 2.0, "#fce5cd"),
-        "06 DPO\n(no RM, no sampling)": (6.0, 1.0, "#d9ead3"), "07 GRPO\n(group advantage)": (6.0, 0.0, "#ead1dc"),
-        "08 R1 pipeline": (8.0, 0.5, "#ead1dc"), "09 Distillation": (9.9, 0.5, "#d9d2e9"),
-        "04 RL foundations": (4.1, 0.0, "#eeeeee"),
+    """The course pipeline as boxes and arrows: Pretrain -> SFT -> RLHF family -> R1 -> distillation.
+
+    Box labels are ``course.NOTEBOOKS``' numbers and short names; a planned notebook
+    (``built=False``) gets a dashed box. Notebook 00 (this map) has no box. Notebooks 05-08 share
+    one shaded group with one arrow from 02: they all start from its stage ``sft_cold``.
+    """
+    from .course import NOTEBOOKS
+
+    # the layout, keyed by notebook number (labels come from NOTEBOOKS): number -> (x, y, colour, note)
+    layout = {
+        "01": (0.5, 1.0, "#cfe2f3", ""), "02": (2.2, 1.0, "#cfe2f3", ""),
+        "03": (4.1, 2.0, "#fce5cd", ""), "04": (4.1, 0.0, "#eeeeee", ""),
+        "05": (6.0, 2.0, "#fce5cd", "RM + critic"), "06": (6.0, 1.0, "#d9ead3", "no RM, no sampling"),
+        "07": (6.0, 0.0, "#ead1dc", "group advantage,\nno critic"), "08": (8.0, 0.5, "#ead1dc", ""),
+        "09": (9.9, 0.5, "#d9d2e9", ""), "10": (9.9, 1.6, "#d9d2e9", "pass@k, best-of-n"),
+        "11": (8.0, -0.8, "#ead1dc", "unsloth + vLLM"),
     }
-    for name, (x, y, colour) in boxes.items():
-        ax.text(x, y, name, ha="center", va="center", fontsize=8.5,
-                bbox=dict(boxstyle="round,pad=0.4", fc=colour, ec="#555555"))
-    arrows = [("01 Pretrain", "02 SFT"), ("02 SFT", "03 Reward model"),
-              ("03 Reward model", "05 PPO\n(RM + critic)"), ("02 SFT", "06 DPO\n(no RM, no sampling)"),
-              ("02 SFT", "07 GRPO\n(group advantage)"), ("07 GRPO\n(group advantage)", "08 R1 pipeline"),
-              ("08 R1 pipeline", "09 Distillation"), ("04 RL foundations", "05 PPO\n(RM + critic)"),
-              ("04 RL foundations", "07 GRPO\n(group advantage)")]
+    # 02 -> 05..08 is one arrow into the shaded group below (all four start from sft_cold)
+    arrows = [("01", "02"), ("02", "03"), ("03", "05"), ("07", "08"),
+              ("08", "09"), ("08", "10"), ("04", "05"), ("04", "07"), ("07", "11")]
+    fig, ax = _ax(ax, figsize=(11, 4.2))
+    boxes = {}
+    for nb in NOTEBOOKS:
+        if nb.number not in layout:
+            continue
+        x, y, colour, note = layout[nb.number]
+        label = f"{nb.number} {nb.short}" + (f"\n({note})" if note else "")
+        boxes[nb.number] = ax.text(x, y, label, ha="center", va="center", fontsize=8.5,
+                                   bbox=dict(boxstyle="round,pad=0.4", fc=colour, ec="#555555",
+                                             linestyle="-" if nb.built else "--"))
     for a, b in arrows:
-        (x0, y0, _), (x1, y1, _) = boxes[a], boxes[b]
-        ax.annotate("", xy=(x1 - 0.75, y1), xytext=(x0 + 0.75, y0),
-                    arrowprops=dict(arrowstyle="->", color="#555555", shrinkA=4, shrinkB=4))
+        if a in boxes and b in boxes:  # from the right edge of box a to the left edge of box b
+            ax.annotate("", xy=(0, 0.5), xycoords=boxes[b], xytext=(1, 0.5), textcoords=boxes[a],
+                        arrowprops=dict(arrowstyle="->", color="#555555", shrinkA=7, shrinkB=7))
+    # 05, 06, 07 and 08 all start from 02's stage sft_cold (05 also uses 03's reward model): one group, one arrow
+    group = ax.add_patch(plt.Rectangle((5.15, -0.45), 3.6, 2.9, fc="#f6f6f6", ec="#999999", ls=":", zorder=0))
+    ax.annotate("", xy=(0, 0.5), xycoords=group, xytext=(1, 0.5), textcoords=boxes["02"],
+                arrowprops=dict(arrowstyle="->", color="#555555", shrinkA=7, shrinkB=2))
+    ax.text(3.9, 1.08, "sft_cold", ha="center", fontsize=7.5, style="italic", color="#555555")
+    ax.text(8.7, 2.3, "05–08 start from\n02's sft_cold", ha="right", va="top", fontsize=7.5, style="italic",
+            color="#555555")
     ax.text(6.0, 2.75, "RLHF family", ha="center", fontsize=9, style="italic")
+    ax.text(10.9, -1.25, "dashed box: coming", ha="right", fontsize=8, color="#555555")
     ax.set_xlim(-0.4, 10.9)
-    ax.set_ylim(-0.6, 3.0)
+    ax.set_ylim(-1.35, 3.0)
     ax.axis("off")
     ax.set_title(title)
     fig.tight_layout()

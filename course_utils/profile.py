@@ -1,19 +1,22 @@
 """Run profiles: the parameters every notebook starts from.
 
 A notebook's parameters cell names a profile; everything that differs between a
-laptop CPU and a GPU box lives here, so switching is one line::
+laptop CPU and a GPU box lives here (the training knobs of each stage live in
+``recipes``), so switching is one line::
 
-    cfg = get_profile("auto")         # cpu-tiny without CUDA, gpu with it
-    cfg = get_profile("gpu", model_id="Qwen/Qwen3-1.7B")
+    profile = get_profile("auto")         # cpu-tiny without CUDA, gpu with it
+    profile = get_profile("gpu", model_id="Qwen/Qwen3-1.7B")
 
 ``cpu-tiny`` trains the course's own tiny Qwen3 on the shipped data; ``gpu`` loads
 a real hub model (needs internet the first time, then the HF cache).
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import random
-from dataclasses import dataclass, field, replace
+import re
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -35,7 +38,6 @@ class Profile:
         dtype: parameter dtype for training (float32 on CPU; bfloat16 on GPU).
         eval_size: problems in the held-out evaluation (>= 200 so 5 points is real).
         max_new_tokens: generation budget for evaluation.
-        scale: multiplier for step counts (tiny on CPU, larger on GPU).
     """
 
     name: str
@@ -45,12 +47,26 @@ class Profile:
     dtype: torch.dtype
     eval_size: int = 300
     max_new_tokens: int = 48
-    scale: float = 1.0
-    notes: dict = field(default_factory=dict)
 
     @property
     def is_cpu(self) -> bool:
         return self.device == "cpu"
+
+    @property
+    def slug(self) -> str:
+        """A folder name for this profile's checkpoints: the profile plus its base model.
+
+        ``cpu-tiny`` for the course's own model; ``gpu-Qwen--Qwen3-0.6B`` for a hub id;
+        a local folder gets its name plus a short hash of its full path, so two
+        folders called ``model`` never share checkpoints.
+        """
+        if self.model_id is None:
+            return self.name
+        model = self.model_id.rstrip("/")
+        if os.sep in model and (model.startswith((".", os.sep, "~")) or os.path.isdir(model)):
+            digest = hashlib.sha1(os.path.abspath(os.path.expanduser(model)).encode()).hexdigest()[:8]
+            model = f"{os.path.basename(model)}-{digest}"
+        return f"{self.name}-" + re.sub(r"[^A-Za-z0-9._-]+", "-", model.replace("/", "--"))
 
     def trainer_kwargs(self, **overrides) -> dict:
         """Arguments for ``TrainingArguments`` / TRL configs that are safe here.
@@ -70,10 +86,6 @@ class Profile:
             kwargs.update(bf16=True, gradient_checkpointing=True)
         kwargs.update(overrides)
         return kwargs
-
-    def steps(self, cpu_steps: int) -> int:
-        """A step count scaled for this profile (at least 1)."""
-        return max(1, int(round(cpu_steps * self.scale)))
 
 
 def resolve_seed(seed: int | None = None) -> int:
@@ -112,7 +124,7 @@ def get_profile(name: str = "auto", *, model_id: str | None = None, seed: int | 
             raise RuntimeError("profile 'gpu' needs CUDA, and torch sees no GPU here; "
                                "use 'cpu-tiny' or 'auto'")
         prof = Profile(name=name, model_id="Qwen/Qwen3-0.6B", seed=seed, device="cuda",
-                       dtype=torch.bfloat16, eval_size=300, max_new_tokens=256, scale=1.0)
+                       dtype=torch.bfloat16, eval_size=300, max_new_tokens=256)
     if model_id is not None:
         prof = replace(prof, model_id=model_id)
     return replace(prof, **overrides) if overrides else prof

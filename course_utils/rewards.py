@@ -96,9 +96,17 @@ def is_correct(completion: Any, answer: Any) -> bool:
 
 
 def accuracy_reward(completions: list, answer: list | None = None, **kwargs) -> list[float]:
-    """1.0 where the ``<answer>`` is the right number, else 0.0 (TRL reward signature)."""
+    """1.0 where the ``<answer>`` is the right number, else 0.0 (TRL reward signature).
+
+    ``answer`` (the data set's column of reference answers) is required: without it
+    every completion would score 0 and training would silently optimise nothing, which
+    is what happens when a trainer drops the column (TRL's ``remove_unused_columns=True``).
+    """
     if answer is None:
-        return [0.0] * len(completions)
+        raise ValueError("accuracy_reward needs the reference answers (keyword `answer`): the data set must have "
+                         "an 'answer' column and the trainer must keep it (GRPOConfig(remove_unused_columns=False))")
+    if len(answer) != len(completions):
+        raise ValueError(f"{len(completions)} completions but {len(answer)} answers")
     return [1.0 if is_correct(c, a) else 0.0 for c, a in zip(completions, answer)]
 
 

@@ -1,59 +1,90 @@
-"""Stage checkpoints: each notebook saves one, later notebooks load it.
+"""Stage checkpoints: each notebook saves one or two, later notebooks load them.
 
-Stages: ``pretrain`` (01), ``sft`` (02, from pretrain), ``reward`` (03, a scalar
-head on the sft backbone).
+The stage table is declarative: each :class:`Stage` names the notebook that owns it,
+the stage it starts from, the model class it is saved as and the trainer that runs
+its recipe (``recipes``). One generic :func:`build_stage` trains any of them.
 
-``load_stage("pretrain")`` returns ``(model, tokenizer)`` from
-``artifacts/<notebook>/model``; when the checkpoint is missing it *builds* it with
-the same recipe the notebook uses (and says so), so every notebook also runs on
-its own on a fresh clone.
+===========  ========  ==========  ==========================================
+stage        notebook  parent      what it is
+===========  ========  ==========  ==========================================
+pretrain     01        (none)      the tiny Qwen3 pretrained on the corpus
+sft          02        pretrain    SFT on all 7,500 arithmetic chats
+sft_cold     02        pretrain    SFT on a few demonstrations (the RL start)
+reward       03        sft         a scalar head on the SFT backbone
+===========  ========  ==========  ==========================================
 
-On the ``gpu`` profile the "pretrain" stage is the hub model itself: nobody
-pretrains a 0.6B model in a course, so the tiny pretraining run of 01 is the
-CPU path's stand-in for it.
+Checkpoints live in ``artifacts/<notebook>/<profile slug>/<stage>/``: the slug names
+the profile and its base model (``cpu-tiny``, ``gpu-Qwen--Qwen3-0.6B``), so a CPU
+checkpoint is never returned to a GPU run or to another base model.
+
+``load_stage(name, profile)`` returns ``(model, tokenizer)``; when the checkpoint is
+missing it *builds* it with the owning notebook's default recipe (and says so), so
+every notebook also runs on its own on a fresh clone. On the ``gpu`` profile the
+``pretrain`` stage is the hub model itself: nobody pretrains a 0.6B model in a
+course, so 01's tiny run is the CPU path's stand-in for it.
 """
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
 from . import training
+from .course import notebook_name
 from .modeling import build_model, check_safetensors_dir, save_checkpoint, train_tokenizer
 from .paths import artifacts_dir
 from .profile import Profile, get_profile, seed_everything
+from .recipes import recipe_for
 
 
 @dataclass(frozen=True)
-class StageSpec:
-    notebook: str            # owner of the artifacts folder
-    builder: Callable        # builder(profile) -> None; saves to stage_dir(name)
-    minutes: float           # rough CPU time to build, shown to the learner
+class Stage:
+    """One row of the stage table."""
+
+    name: str
+    notebook: str              # the owning notebook's number, e.g. "02"
+    parent: str | None         # the stage it is trained from (None: from scratch)
+    model_class: type          # the class its checkpoint loads as
+    trainer: Callable          # trainer(model, tokenizer, profile, recipe, output_dir) -> a Trainer
+    minutes: float             # rough CPU time to build, shown to the learner
+    model_kwargs: dict = field(default_factory=dict)  # extra from_pretrained arguments (e.g. num_labels)
+
+    @property
+    def notebook_name(self) -> str:
+        return notebook_name(self.notebook)
 
 
-STAGES: dict[str, StageSpec] = {}
+STAGES: dict[str, Stage] = {s.name: s for s in [
+    Stage("pretrain", "01", None, AutoModelForCausalLM, training.pretrain_trainer, minutes=1.2),
+    Stage("sft", "02", "pretrain", AutoModelForCausalLM, training.sft_trainer, minutes=0.5),
+    Stage("sft_cold", "02", "pretrain", AutoModelForCausalLM, training.sft_trainer, minutes=0.4),
+    Stage("reward", "03", "sft", AutoModelForSequenceClassification, training.reward_trainer, minutes=0.5,
+          model_kwargs={"num_labels": 1}),
+]}
 
 
-def register_stage(name: str, notebook: str, builder: Callable, minutes: float) -> None:
-    STAGES[name] = StageSpec(notebook, builder, minutes)
-
-
-def _spec(name: str) -> StageSpec:
+def get_stage(name: str) -> Stage:
     if name not in STAGES:
         raise ValueError(f"unknown stage {name!r}; known stages: {sorted(STAGES)}")
     return STAGES[name]
 
 
-def stage_dir(name: str) -> Path:
-    """Where stage ``name`` lives: ``artifacts/<notebook>/model``."""
-    return artifacts_dir(_spec(name).notebook) / "model"
+def stage_dir(name: str, profile: Profile) -> Path:
+    """Where stage ``name`` lives for ``profile``: ``artifacts/<notebook>/<slug>/<name>``."""
+    return artifacts_dir(get_stage(name).notebook_name) / profile.slug / name
 
 
-def stage_exists(name: str) -> bool:
-    path = stage_dir(name)
+def is_hub_stage(name: str, profile: Profile) -> bool:
+    """True where the stage is the profile's base model itself (``pretrain`` on a hub model)."""
+    return name == "pretrain" and not profile.is_cpu and profile.model_id is not None
+
+
+def stage_exists(name: str, profile: Profile) -> bool:
+    path = stage_dir(name, profile)
     return path.is_dir() and any(path.glob("*.safetensors"))
 
 
@@ -75,65 +106,62 @@ def load_hub_model(model_id: str, profile: Profile, model_class=AutoModelForCaus
     return model, tokenizer
 
 
+def save_stage(name: str, model, tokenizer, profile: Profile, recipe=None) -> Path:
+    """Save a trained stage (safetensors) and a ``stage.json`` naming its recipe and profile."""
+    path = save_checkpoint(model, tokenizer, stage_dir(name, profile))
+    info = {"stage": name, "profile": profile.slug, "seed": profile.seed,
+            "recipe": {"class": type(recipe).__name__, **asdict(recipe)} if recipe is not None else None}
+    (path / "stage.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
 def load_stage(name: str, profile: Profile | None = None, build_if_missing: bool = True,
-               model_class=AutoModelForCausalLM, **kwargs):
-    """``(model, tokenizer)`` of stage ``name``, building it first if it is missing.
+               model_class=None, **kwargs):
+    """``(model, tokenizer)`` of stage ``name`` for ``profile``, building it first if missing.
 
     Args:
-        name: a registered stage (``"pretrain"``, and those later notebooks add).
+        name: a stage of :data:`STAGES`.
         profile: defaults to ``get_profile("auto")``.
         build_if_missing: if False, a missing stage raises ``FileNotFoundError``.
-        model_class: e.g. ``AutoModelForSequenceClassification`` to load a backbone
-            under a new head.
+        model_class: load under another class than the stage's own, e.g.
+            ``AutoModelForSequenceClassification`` to put a backbone under a new head.
+        kwargs: passed to ``from_pretrained`` (e.g. ``num_labels=1``).
     """
-    spec = _spec(name)
+    stage = get_stage(name)
     profile = profile or get_profile("auto")
-    if name == "pretrain" and not profile.is_cpu and profile.model_id:
+    model_class = model_class or stage.model_class
+    kwargs = {**(stage.model_kwargs if model_class is stage.model_class else {}), **kwargs}
+    if is_hub_stage(name, profile):
         return load_hub_model(profile.model_id, profile, model_class=model_class, **kwargs)
-    # Later stages on the GPU profile are trained from the hub model by the same builders.
-    if not stage_exists(name):
+    if not stage_exists(name, profile):
         if not build_if_missing:
-            raise FileNotFoundError(f"stage {name!r} not found at {stage_dir(name)}; run {spec.notebook}")
-        print(f"Stage {name!r} not found at {stage_dir(name)}: building it now "
-              f"(the recipe of {spec.notebook}, about {spec.minutes:g} min on 2 CPU cores).")
+            raise FileNotFoundError(f"stage {name!r} not found at {stage_dir(name, profile)}; "
+                                    f"run {stage.notebook_name}")
+        print(f"Stage {name!r} not found at {stage_dir(name, profile)}: building it now "
+              f"(the recipe of {stage.notebook_name}, about {stage.minutes:g} min on 2 CPU cores).")
         t0 = time.time()
-        spec.builder(profile)
+        build_stage(name, profile)
         print(f"Stage {name!r} built in {time.time() - t0:.0f} s.")
-    model, tokenizer = load_checkpoint(stage_dir(name), model_class=model_class, **kwargs)
+    model, tokenizer = load_checkpoint(stage_dir(name, profile), model_class=model_class, **kwargs)
     return model.to(profile.device), tokenizer
 
 
-# --------------------------------------------------------------------------- builders
-def build_pretrain_stage(profile: Profile, steps: int | None = None) -> None:
-    """Train tokenizer and tiny Qwen3 from scratch (the recipe of 01) and save ``pretrain``."""
+def build_stage(name: str, profile: Profile, recipe=None) -> Path:
+    """Train stage ``name`` from its parent with ``recipe`` (default: its notebook's) and save it.
+
+    A stage without a parent is the tiny model trained from scratch (tokenizer and
+    weights); every other stage loads its parent under the stage's model class.
+    """
+    stage = get_stage(name)
+    if is_hub_stage(name, profile):
+        raise ValueError(f"stage {name!r} is the hub model {profile.model_id} on this profile; nothing to build")
+    recipe = recipe_for(name, profile) if recipe is None else recipe
     seed_everything(profile.seed)
-    tokenizer = train_tokenizer()
-    model = build_model(tokenizer, seed=profile.seed).to(profile.device)
-    steps = training.PRETRAIN_STEPS if steps is None else steps
-    training.pretrain_trainer(model, tokenizer, profile, artifacts_dir("01_pretrain") / "trainer", steps).train()
-    save_checkpoint(model, tokenizer, stage_dir("pretrain"))
-
-
-def build_sft_stage(profile: Profile, steps: int | None = None) -> None:
-    """SFT of the ``pretrain`` stage on the arithmetic chats (the recipe of 02); saves ``sft``."""
-    seed_everything(profile.seed)
-    model, tokenizer = load_stage("pretrain", profile)
-    steps = training.SFT_STEPS if steps is None else steps
-    training.sft_trainer(model, tokenizer, profile, artifacts_dir("02_sft") / "trainer", steps=steps).train()
-    save_checkpoint(model, tokenizer, stage_dir("sft"))
-
-
-def build_reward_stage(profile: Profile, steps: int | None = None) -> None:
-    """Reward model on the ``sft`` backbone (the recipe of 03); saves ``reward``."""
-    from transformers import AutoModelForSequenceClassification
-    seed_everything(profile.seed)
-    model, tokenizer = load_stage("sft", profile, model_class=AutoModelForSequenceClassification, num_labels=1)
-    steps = training.REWARD_STEPS if steps is None else steps
-    training.reward_trainer(model, tokenizer, profile, artifacts_dir("03_reward_model") / "trainer",
-                            steps=steps).train()
-    save_checkpoint(model, tokenizer, stage_dir("reward"))
-
-
-register_stage("pretrain", "01_pretrain", build_pretrain_stage, minutes=1.2)
-register_stage("sft", "02_sft", build_sft_stage, minutes=0.5)
-register_stage("reward", "03_reward_model", build_reward_stage, minutes=0.5)
+    if stage.parent is None:
+        tokenizer = train_tokenizer()
+        model = build_model(tokenizer, seed=profile.seed).to(profile.device)
+    else:
+        model, tokenizer = load_stage(stage.parent, profile, model_class=stage.model_class, **stage.model_kwargs)
+    output_dir = artifacts_dir(stage.notebook_name) / profile.slug / f"{name}-trainer"
+    stage.trainer(model, tokenizer, profile, recipe, output_dir).train()
+    return save_stage(name, model, tokenizer, profile, recipe)

@@ -1,8 +1,13 @@
-"""Training recipes: the 🤗 / TRL trainers each stage uses, set up once.
+"""Trainer set-ups: the 🤗 / TRL trainers each stage uses, built from its recipe.
 
-A notebook shows the recipe (``inspect.getsource``), builds its trainer here and
-trains; ``stages`` calls the same functions to rebuild a missing checkpoint. All
-arguments that differ between CPU and GPU come from ``Profile.trainer_kwargs``.
+A notebook shows its recipe (``recipes.show``), builds its trainer here and trains;
+``stages`` calls the same functions with the same recipe object to rebuild a missing
+checkpoint. Arguments that differ between CPU and GPU come from
+``Profile.trainer_kwargs``; the training knobs come from the recipe alone.
+
+TRL's Triton log-prob kernel has no CPU build: every function that builds a TRL
+trainer first calls :func:`course_utils.compat.install_trl_cpu_fallback` (a no-op
+where Triton exists), so importing ``course_utils`` never imports TRL.
 """
 from __future__ import annotations
 
@@ -10,18 +15,21 @@ from pathlib import Path
 
 from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallback, TrainingArguments
 
+from .compat import install_trl_cpu_fallback
 from .data import load_jsonl, preference_rows, sft_rows
 from .profile import Profile
-
-PRETRAIN_STEPS, PRETRAIN_BATCH, PRETRAIN_LR = 900, 32, 3e-3
-SFT_STEPS, SFT_BATCH, SFT_LR = 400, 32, 1e-3
-REWARD_STEPS, REWARD_BATCH, REWARD_LR = 250, 32, 1e-3
+from .recipes import PretrainRecipe, RewardRecipe, SFTRecipe
 
 
-BLOCK_SIZE = 64
+def _schedule(recipe, logging_steps: int) -> dict:
+    """The schedule every course recipe shares: 5% warm-up, then the recipe's decay."""
+    scheduler = {"cosine": "cosine", "constant": "constant_with_warmup"}[recipe.schedule]
+    return dict(max_steps=recipe.steps, per_device_train_batch_size=recipe.batch_size,
+                learning_rate=recipe.learning_rate, lr_scheduler_type=scheduler,
+                warmup_steps=max(1, recipe.steps // 20), logging_steps=logging_steps)
 
 
-def pack_corpus(tokenizer, split: str, block_size: int = BLOCK_SIZE):
+def pack_corpus(tokenizer, split: str, block_size: int = PretrainRecipe.block_size):
     """The corpus as one token stream cut into equal blocks: a LongTensor (N, block_size).
 
     Documents are joined with EOS between them and the stream is cut every
@@ -37,86 +45,92 @@ def pack_corpus(tokenizer, split: str, block_size: int = BLOCK_SIZE):
     return torch.tensor(stream[:n_blocks * block_size]).view(n_blocks, block_size)
 
 
-def corpus_dataset(tokenizer, split: str, block_size: int = BLOCK_SIZE):
+def corpus_dataset(tokenizer, split: str, block_size: int = PretrainRecipe.block_size):
     """Packed corpus blocks as a ``datasets.Dataset`` with an ``input_ids`` column."""
     from datasets import Dataset
     return Dataset.from_dict({"input_ids": pack_corpus(tokenizer, split, block_size).tolist()})
 
 
-def pretrain_trainer(model, tokenizer, profile: Profile, output_dir: str | Path,
-                     steps: int = PRETRAIN_STEPS, eval_every: int = 100) -> Trainer:
-    """A ``transformers.Trainer`` set up for next-token pretraining on the corpus."""
+def pretrain_trainer(model, tokenizer, profile: Profile, recipe: PretrainRecipe, output_dir: str | Path) -> Trainer:
+    """A ``transformers.Trainer`` set up for next-token pretraining on the packed corpus."""
     args = TrainingArguments(
         output_dir=str(output_dir),
         **profile.trainer_kwargs(
-            max_steps=steps, per_device_train_batch_size=PRETRAIN_BATCH, per_device_eval_batch_size=64,
-            learning_rate=PRETRAIN_LR, lr_scheduler_type="cosine", warmup_steps=max(1, steps // 20),
-            weight_decay=0.1, logging_steps=max(1, eval_every // 2), eval_strategy="steps",
-            eval_steps=eval_every))
+            **_schedule(recipe, logging_steps=max(1, recipe.eval_every // 2)), per_device_eval_batch_size=64,
+            weight_decay=recipe.weight_decay, eval_strategy="steps", eval_steps=recipe.eval_every))
     return Trainer(
-        model=model, args=args, train_dataset=corpus_dataset(tokenizer, "train"),
-        eval_dataset=corpus_dataset(tokenizer, "validation"),
+        model=model, args=args, train_dataset=corpus_dataset(tokenizer, "train", recipe.block_size),
+        eval_dataset=corpus_dataset(tokenizer, "validation", recipe.block_size),
         data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False))
 
 
-def sft_trainer(model, tokenizer, profile: Profile, output_dir: str | Path, train_rows: list[dict] | None = None,
-                steps: int = SFT_STEPS, learning_rate: float = SFT_LR, logging_steps: int = 20):
+def sft_trainer(model, tokenizer, profile: Profile, recipe: SFTRecipe, output_dir: str | Path,
+                train_rows: list[dict] | None = None, logging_steps: int = 20):
     """TRL ``SFTTrainer`` on chat data, loss on the assistant's tokens only.
 
-    ``train_rows`` are ``{"messages": [...]}`` rows (default: the arithmetic train
-    split via :func:`course_utils.data.sft_rows`). ``assistant_only_loss=True`` uses
-    the chat template's ``{% generation %}`` marks (TRL patches them into known hub
-    templates such as Qwen3's).
+    ``train_rows`` are ``{"messages": [...]}`` rows (default: the first
+    ``recipe.n_examples`` problems of the arithmetic train split, all if None).
+    ``assistant_only_loss=True`` uses the chat template's ``{% generation %}`` marks
+    (TRL patches them into known hub templates such as Qwen3's).
     """
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
-    rows = sft_rows("train") if train_rows is None else train_rows
+    install_trl_cpu_fallback()
+    rows = sft_rows("train", n=recipe.n_examples) if train_rows is None else train_rows
     args = SFTConfig(
         output_dir=str(output_dir),
-        **profile.trainer_kwargs(
-            max_steps=steps, per_device_train_batch_size=SFT_BATCH, learning_rate=learning_rate,
-            lr_scheduler_type="cosine", warmup_steps=max(1, steps // 20), logging_steps=logging_steps,
-            assistant_only_loss=True, max_length=256 if profile.is_cpu else 1024))
-    return SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
+        **profile.trainer_kwargs(**_schedule(recipe, logging_steps), assistant_only_loss=True,
+                                 max_length=recipe.max_length))
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
+    if recipe.stop_at_accuracy is not None:  # the cold start: stop at a target accuracy (see recipes)
+        trainer.add_callback(AccuracyCallback(tokenizer, every=recipe.check_every, max_new_tokens=profile.max_new_tokens,
+                                              stop_at=recipe.stop_at_accuracy))
+    return trainer
 
 
-def reward_trainer(model, tokenizer, profile: Profile, output_dir: str | Path, train_rows: list[dict] | None = None,
-                   steps: int = REWARD_STEPS, learning_rate: float = REWARD_LR, logging_steps: int = 10):
+def reward_trainer(model, tokenizer, profile: Profile, recipe: RewardRecipe, output_dir: str | Path,
+                   train_rows: list[dict] | None = None, logging_steps: int = 10):
     """TRL ``RewardTrainer``: Bradley-Terry loss on (prompt, chosen, rejected) chats.
 
     ``model`` is a sequence classifier with one output (``num_labels=1``).
     """
     from datasets import Dataset
     from trl import RewardConfig, RewardTrainer
+    install_trl_cpu_fallback()
     rows = preference_rows("train") if train_rows is None else train_rows
     args = RewardConfig(
         output_dir=str(output_dir),
-        **profile.trainer_kwargs(
-            max_steps=steps, per_device_train_batch_size=REWARD_BATCH, learning_rate=learning_rate,
-            lr_scheduler_type="cosine", warmup_steps=max(1, steps // 20), logging_steps=logging_steps,
-            max_length=256 if profile.is_cpu else 1024))
+        **profile.trainer_kwargs(**_schedule(recipe, logging_steps), max_length=recipe.max_length))
     return RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
 
 
 class AccuracyCallback(TrainerCallback):
-    """Every ``every`` steps, measure held-out accuracy (validation split) and keep the curve.
+    """Every ``every`` steps, measure held-out greedy accuracy (validation split) and keep the curve.
 
     ``curve`` is a list of ``(step, accuracy)``, starting with step 0 (before training).
+    With ``stop_at``, training stops at the first check whose accuracy reaches it;
+    ``stopped_at`` is then that step (else None).
     """
 
-    def __init__(self, tokenizer, every: int = 50, n: int = 200, split: str = "validation", max_new_tokens: int = 48):
+    def __init__(self, tokenizer, every: int = 50, n: int = 200, split: str = "validation", max_new_tokens: int = 48,
+                 stop_at: float | None = None):
         self.tokenizer, self.every, self.n, self.split, self.max_new_tokens = tokenizer, every, n, split, max_new_tokens
+        self.stop_at, self.stopped_at = stop_at, None
         self.curve: list[tuple[int, float]] = []
 
-    def _measure(self, step, model):
+    def _measure(self, step, model) -> float:
         from .evaluation import evaluate_arithmetic
         acc = evaluate_arithmetic(model, self.tokenizer, split=self.split, n=self.n,
                                   max_new_tokens=self.max_new_tokens)["accuracy"]
         self.curve.append((step, acc))
+        return acc
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self._measure(0, model)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         if state.global_step % self.every == 0:
-            self._measure(state.global_step, model)
+            acc = self._measure(state.global_step, model)
+            if self.stop_at is not None and acc >= self.stop_at and self.stopped_at is None:
+                self.stopped_at = state.global_step
+                control.should_training_stop = True

@@ -1,4 +1,5 @@
 import json
+import re
 
 import matplotlib.pyplot as plt
 import pytest
@@ -59,3 +60,41 @@ def test_glossary_has_the_seed_terms():
         assert any(term in z for z in zh), term
     with pytest.raises(KeyError):
         course.glossary_table(["no such term"])
+
+
+def _cells(row: str) -> list[str]:
+    """The cells of a Markdown table row; ``\\|`` is a literal bar, not a cell border."""
+    return re.split(r"(?<!\\)\|", row.strip())[1:-1]
+
+
+@pytest.mark.parametrize("table", [course.glossary_table(), course.notebook_table(), course.notebook_table("")],
+                         ids=["glossary", "map", "map-from-notebooks"])
+def test_markdown_tables_keep_their_columns(table):
+    header, *rows = table.splitlines()
+    assert rows and all(len(_cells(row)) == len(_cells(header)) for row in rows), \
+        [row for row in rows if len(_cells(row)) != len(_cells(header))]
+
+
+def test_glossary_escapes_bars_and_has_the_new_terms():
+    assert r"π(a\|s)" in course.glossary_table(["policy gradient"])
+    for term in ("TRL vs verl", "Ray", "OpenRLHF", "vLLM", "pass@k", "cold-start SFT", "R1-Zero",
+                 "outcome reward / process reward", "KL penalty", "policy gradient"):
+        assert term in course.GLOSSARY, term
+    assert course.GLOSSARY["cold-start SFT"][0].startswith("冷启动")
+
+
+def test_plot_pipeline_labels_come_from_the_notebook_list():
+    fig, ax = plotting.plot_pipeline()
+    boxes = {t.get_text().split("\n")[0]: t for t in ax.texts if t.get_bbox_patch() is not None}
+    plt.close(fig)
+    expected = {f"{nb.number} {nb.short}": nb for nb in course.NOTEBOOKS if nb.number != "00"}
+    assert set(boxes) == set(expected)
+    for label, nb in expected.items():
+        assert (boxes[label].get_bbox_patch().get_linestyle() == "-") == nb.built, label
+
+
+def test_plot_pipeline_says_which_notebooks_start_from_sft_cold():
+    fig, ax = plotting.plot_pipeline()
+    texts = " ".join(t.get_text() for t in ax.texts)
+    plt.close(fig)
+    assert "05–08 start from" in texts and "sft_cold" in texts  # notebook 00's Step 2 says the same

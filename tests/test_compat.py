@@ -1,14 +1,27 @@
+import subprocess
+import sys
+
 import torch
 
-import course_utils
 from course_utils.compat import DenseLogProbFunction, install_trl_cpu_fallback
 
 
-def test_fallback_is_installed_where_triton_is_missing():
+def test_importing_the_package_imports_no_trl():
+    """unsloth must be importable before trl: importing course_utils (or its data module) must not import trl."""
+    code = ("import sys, course_utils, course_utils.data, course_utils.rl_basics; "
+            "assert 'trl' not in sys.modules, 'trl imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_fallback_replaces_a_missing_kernel_and_keeps_a_real_one(monkeypatch):
     import trl.trainer.utils as trl_utils
-    assert trl_utils._ChunkedLogProbFunction is not None
-    assert install_trl_cpu_fallback() in (True, False)
-    assert course_utils.TRL_CPU_FALLBACK == (trl_utils._ChunkedLogProbFunction is DenseLogProbFunction)
+    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", None)   # as on a machine without Triton
+    assert install_trl_cpu_fallback() is True
+    assert trl_utils._ChunkedLogProbFunction is DenseLogProbFunction
+    sentinel = object()
+    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", sentinel)  # as where Triton works
+    assert install_trl_cpu_fallback() is False
+    assert trl_utils._ChunkedLogProbFunction is sentinel
 
 
 def test_dense_logprob_matches_direct_computation():

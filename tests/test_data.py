@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 
@@ -35,10 +36,10 @@ def test_corpus_draws_arithmetic_only_from_train_pairs(monkeypatch):
     docs = data.generate_corpus(n_train=300, n_validation=0)["train"]
     numbers = set()
     for doc in docs:
-        for sentence in doc["text"].split(". "):
-            if not sentence.startswith("Counting"):
-                words = sentence.replace(".", " ").replace(",", " ").replace(":", " ").replace("?", " ").split()
-                numbers |= {int(w) for w in words if w.isdigit() and int(w) >= 10}
+        text = re.sub(r"Counting:[\d ]+\.", " ", doc["text"])          # counting runs are not arithmetic
+        text = re.sub(r"</?(think|answer)>", " ", text)                 # tagged solutions: numbers between tags
+        words = re.sub(r"[.,:?]", " ", text).split()
+        numbers |= {int(w) for w in words if w.isdigit() and int(w) >= 10}
     assert numbers == {17, 25, 42, 12}  # the pair, its sum, and the ones column 7 + 5 = 12
 
 
@@ -99,3 +100,12 @@ def test_missing_data_file_says_how_to_restore(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_DATA", str(tmp_path / "absent"))
     with pytest.raises(FileNotFoundError, match="COURSE_DATA"):
         data.load_jsonl("arithmetic", "test")
+
+
+def test_corpus_has_a_small_share_of_tagged_solutions_and_no_chat_markup():
+    docs = [r["text"] for r in data.load_jsonl("corpus", "train")]
+    tagged = [d for d in docs if "<think>" in d]
+    assert 0.03 < len(tagged) / len(docs) < 0.12, len(tagged)
+    strict = [d for d in tagged if "</think><answer>" in d]
+    assert 0.3 < len(strict) / len(tagged) < 0.7
+    assert not any("<|im_start|>" in d or "<|im_end|>" in d for d in docs)

@@ -70,3 +70,21 @@ def test_bradley_terry_matches_reference_formula(dtype):
     assert torch.isfinite(big) and big < 1e-30
     with pytest.raises(ValueError):
         losses.bradley_terry_loss(chosen, rejected[:3])
+
+
+def test_completion_logps_matches_a_loop_over_positions(tokenizer):
+    from course_utils import modeling
+    from course_utils.losses import completion_logps
+    model = modeling.build_model(tokenizer, seed=0)
+    ids = torch.tensor([[3, 40, 41, 42, 43, 44], [0, 0, 50, 51, 52, 53]])   # row 2 left-padded
+    attn = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1]])
+    comp = torch.tensor([[0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 1, 1]])
+    got = completion_logps(model, ids, attn, comp, temperature=0.7)
+    assert got.shape == (2, 6) and (got[comp == 0] == 0).all()
+    for b in range(2):
+        start = int((attn[b] == 0).sum())
+        logits = model(input_ids=ids[b:b + 1, start:]).logits[0] / 0.7          # this row alone, no padding
+        for t in range(6):
+            if comp[b, t]:
+                want = torch.log_softmax(logits[t - start - 1], -1)[ids[b, t]]
+                torch.testing.assert_close(got[b, t], want, atol=1e-5, rtol=1e-5)

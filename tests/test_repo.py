@@ -30,13 +30,38 @@ def test_notebook_frame(path):
     assert "trust_remote_code=True" not in text and "torch.load(" not in text
 
 
-def test_notebook_list_matches_files():
-    assert [nb.filename for nb in NOTEBOOKS] == [p.name for p in NOTEBOOK_FILES]
+def test_built_notebooks_match_the_files():
+    """NOTEBOOKS lists every notebook, built or planned; the built ones are exactly the files."""
+    assert [nb.filename for nb in NOTEBOOKS if nb.built] == [p.name for p in NOTEBOOK_FILES]
+    assert [nb.number for nb in NOTEBOOKS] == [f"{i:02d}" for i in range(len(NOTEBOOKS))]
+    assert len({nb.slug for nb in NOTEBOOKS}) == len(NOTEBOOKS)
+    assert all(re.fullmatch(r"[a-z0-9_]+", nb.slug) and nb.short for nb in NOTEBOOKS)
+    assert all(nb.cpu_minutes is None or nb.cpu_minutes > 0 for nb in NOTEBOOKS)
+    assert all(nb.cpu_minutes is not None for nb in NOTEBOOKS if nb.built)
 
 
 def test_readme_map_is_current():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert notebook_table() in readme, "README notebook map is stale: paste course.notebook_table()"
+    section = readme.split("## Notebook map\n", 1)[1].strip("\n")
+    table = "\n".join(section.split("\n\n", 1)[0].splitlines())
+    assert table == notebook_table(), "README notebook map is stale: paste course.notebook_table()"
+
+
+@pytest.mark.parametrize("prefix, base", [("notebooks/", ROOT), ("", ROOT / "notebooks")])
+def test_notebook_table_links_resolve(prefix, base):
+    table = notebook_table(link_prefix=prefix)
+    links = re.findall(r"\]\(([^)]+)\)", table)
+    assert links == [prefix + nb.filename for nb in NOTEBOOKS if nb.built]
+    assert all((base / link).is_file() for link in links)
+    planned = [nb for nb in NOTEBOOKS if not nb.built]
+    assert all(f"| {nb.number} | {nb.title} *(coming)* |" in table for nb in planned)
+    assert "coming" not in notebook_table(planned=False)
+
+
+def test_notebook_00_links_from_its_own_folder():
+    nb = json.loads((ROOT / "notebooks" / "00_setup_and_map.ipynb").read_text(encoding="utf-8"))
+    code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    assert 'notebook_table(link_prefix="")' in code
 
 
 def test_readme_quick_start_has_two_commands_and_ci_runs_the_test_one():

@@ -36,7 +36,6 @@ def test_accuracy_reward_compares_numbers():
     completions = ["<think>.</think><answer>68</answer>", "<answer> 68 </answer>", "<answer>068</answer>",
                    "<answer>69</answer>", "<answer>6 8</answer>", "<answer>sixty-eight</answer>", "68", None]
     assert rewards.accuracy_reward(completions, answer=["68"] * len(completions)) == [1, 1, 1, 0, 0, 0, 0, 0]
-    assert rewards.accuracy_reward(["<answer>5</answer>"]) == [0.0]  # no reference: no reward
 
 
 def test_parse_int():
@@ -68,9 +67,25 @@ def test_rewards_on_tag_soup(parts):
     assert rewards.accuracy_reward([text], answer=["68"])[0] in (0.0, 1.0)
 
 
-def test_rewards_are_linear_time_on_hostile_input():
-    hostile = ["<think>" * 50_000, "<answer>" + "9" * 200_000, "</answer><answer>" * 30_000 + "<answer>1"]
+def _seconds(texts):
     start = time.perf_counter()
-    rewards.format_reward(hostile)
-    rewards.accuracy_reward(hostile, answer=["1"] * 3)
-    assert time.perf_counter() - start < 1.0
+    rewards.format_reward(texts)
+    rewards.accuracy_reward(texts, answer=["1"] * len(texts))
+    return time.perf_counter() - start
+
+
+def test_rewards_are_linear_time_on_hostile_input():
+    """Ten times the input must cost about ten times the time (quadratic parsing would cost 100x)."""
+    def hostile(n):
+        return ["<think>" * n, "<answer>" + "9" * (4 * n), "</answer><answer>" * n + "<answer>1"]
+    small, large = min(_seconds(hostile(3_000)) for _ in range(3)), min(_seconds(hostile(30_000)) for _ in range(3))
+    assert large < 30 * small + 0.05, (small, large)
+    assert _seconds(hostile(100_000)) < 10.0  # and a generous absolute bound: never hangs
+
+
+def test_accuracy_reward_without_answers_is_a_clear_error():
+    import pytest
+    with pytest.raises(ValueError, match="remove_unused_columns=False"):
+        rewards.accuracy_reward(GOOD)
+    with pytest.raises(ValueError, match="answers"):
+        rewards.accuracy_reward(GOOD, answer=["68"])

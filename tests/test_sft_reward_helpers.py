@@ -3,7 +3,7 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification
 
-from course_utils import data, evaluation, modeling, training
+from course_utils import data, evaluation, modeling, recipes, training
 from course_utils.profile import get_profile
 from course_utils.rewards import is_correct, is_well_formatted
 
@@ -56,8 +56,13 @@ def test_score_completions_matches_manual_last_token(tiny_pair, tmp_path):
     batched = evaluation.score_completions(rm, tok, ["Add 10 and 20.", "What is 12 plus 39?"],
                                            ["30", data.format_completion(12, 39)], batch_size=2)
     torch.testing.assert_close(scores, batched, atol=1e-5, rtol=1e-5)  # padding does not change a score
-    res = evaluation.pair_accuracy(rm, tok, data.load_jsonl("preferences", "test", n=8))
-    assert 0 <= res["accuracy"] <= 1 and res["chosen"].shape == (8,)
+    rows = data.load_jsonl("preferences", "test", n=8)
+    res = evaluation.pair_accuracy(rm, tok, rows)
+    manual = evaluation.score_completions(rm, tok, [r["prompt"] for r in rows], [r["chosen"] for r in rows])
+    torch.testing.assert_close(res["chosen"], manual)
+    assert res["accuracy"] == float((res["chosen"] > res["rejected"]).float().mean()) and res["chosen"].shape == (8,)
+    swapped = evaluation.pair_accuracy(rm, tok, [dict(r, chosen=r["rejected"], rejected=r["chosen"]) for r in rows])
+    assert swapped["accuracy"] == pytest.approx(1 - res["accuracy"])  # no ties between different texts
     with pytest.raises(ValueError):
         evaluation.score_completions(rm, tok, ["a"], [])
 
@@ -65,9 +70,16 @@ def test_score_completions_matches_manual_last_token(tiny_pair, tmp_path):
 def test_continuation_logprob_and_per_token_losses(tiny_pair):
     lm, tok = tiny_pair
     lp = evaluation.continuation_logprob(lm, tok, "Anna likes", " tea")
-    assert lp < 0
+    ids = tok("Anna likes tea", return_tensors="pt")["input_ids"]
+    n_prefix = len(tok("Anna likes")["input_ids"])
+    logp_all = torch.log_softmax(lm(input_ids=ids).logits[0, :-1], -1).gather(-1, ids[0, 1:, None])[:, 0]
+    assert lp == pytest.approx(float(logp_all[n_prefix - 1:].sum().detach()), abs=1e-4)
     toks, losses, mask = evaluation.per_token_losses(lm, tok, data.to_messages("Add 10 and 20.", "30"))
-    assert len(toks) == len(losses) == len(mask) and sum(mask) > 0
+    assert len(toks) == len(losses) == len(mask) and sum(mask) > 0 and losses[0] == 0.0
+    enc = tok.apply_chat_template(data.to_messages("Add 10 and 20.", "30"), tokenize=True, return_dict=True)
+    ids = torch.tensor([enc["input_ids"]])
+    manual = -torch.log_softmax(lm(input_ids=ids).logits[0, :-1], -1).gather(-1, ids[0, 1:, None])[:, 0]
+    torch.testing.assert_close(torch.tensor(losses[1:]), manual.detach(), atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError):
         evaluation.continuation_logprob(lm, tok, "Anna", "")
 
@@ -75,8 +87,8 @@ def test_continuation_logprob_and_per_token_losses(tiny_pair):
 def test_sft_recipe_trains_and_callback_records(tiny_pair, tmp_path):
     lm, tok = tiny_pair
     before = [p.detach().clone() for p in lm.parameters()]
-    trainer = training.sft_trainer(lm, tok, get_profile("cpu-tiny"), tmp_path, train_rows=data.sft_rows(n=64),
-                                   steps=4, logging_steps=2)
+    trainer = training.sft_trainer(lm, tok, get_profile("cpu-tiny"), recipes.SFTRecipe(steps=4), tmp_path,
+                                   train_rows=data.sft_rows(n=64), logging_steps=2)
     curve = training.AccuracyCallback(tok, every=2, n=200, max_new_tokens=2)
     trainer.add_callback(curve)
     trainer.train()
@@ -89,6 +101,6 @@ def test_reward_recipe_trains(tiny_pair, tmp_path):
     path = modeling.save_checkpoint(lm, tok, tmp_path / "lm")
     rm = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1)
     head = rm.score.weight.detach().clone()
-    training.reward_trainer(rm, tok, get_profile("cpu-tiny"), tmp_path / "rm", train_rows=data.preference_rows(n=64),
-                            steps=3).train()
+    training.reward_trainer(rm, tok, get_profile("cpu-tiny"), recipes.RewardRecipe(steps=3), tmp_path / "rm",
+                            train_rows=data.preference_rows(n=64)).train()
     assert not torch.equal(head, rm.score.weight)

@@ -1,12 +1,40 @@
-import pytest
+"""The stage table: keyed by profile and base model, one generic builder, rebuilt when missing."""
+import json
+from dataclasses import replace
 
-from course_utils import stages
-from course_utils.profile import get_profile
+import pytest
+import torch
+
+from course_utils import recipes, stages
+from course_utils.course import NOTEBOOKS
+from course_utils.profile import Profile, get_profile
+
+# Profiles built directly: no GPU is needed to check where a GPU run would look.
+GPU_06B = Profile(name="gpu", model_id="Qwen/Qwen3-0.6B", seed=1234, device="cuda", dtype=torch.bfloat16)
+GPU_17B = replace(GPU_06B, model_id="Qwen/Qwen3-1.7B")
+
+
+def _tiny_recipe(name, profile):
+    return recipes.recipe_for(name, profile, steps=2)
+
+
+@pytest.fixture
+def tiny_recipes(monkeypatch):
+    """Every stage's default recipe, shortened to 2 steps (the recipe, not the code, changes)."""
+    monkeypatch.setattr(stages, "recipe_for", _tiny_recipe)
 
 
 def test_unknown_stage_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown stage 'ppo-final'"):
-        stages.load_stage("ppo-final")
+        stages.load_stage("ppo-final", get_profile("cpu-tiny"))
+
+
+def test_stage_table_names_existing_notebooks_and_parents():
+    numbers = {nb.number for nb in NOTEBOOKS}
+    for stage in stages.STAGES.values():
+        assert stage.notebook in numbers and stage.notebook_name.startswith(stage.notebook + "_")
+        assert stage.parent is None or stage.parent in stages.STAGES
+        assert stage.name in recipes.DEFAULTS
 
 
 def test_missing_stage_without_build_raises(tmp_artifacts):
@@ -14,12 +42,64 @@ def test_missing_stage_without_build_raises(tmp_artifacts):
         stages.load_stage("pretrain", get_profile("cpu-tiny"), build_if_missing=False)
 
 
-def test_missing_stage_is_built_then_loaded(tmp_artifacts, monkeypatch, capsys):
-    monkeypatch.setattr(stages.training, "PRETRAIN_STEPS", 5)  # the recipe, shortened
+def test_stage_folders_differ_by_profile_and_model(tmp_artifacts):
+    cpu = get_profile("cpu-tiny")
+    dirs = {stages.stage_dir("sft", p) for p in (cpu, GPU_06B, GPU_17B)}
+    assert len(dirs) == 3
+    assert stages.stage_dir("sft", cpu) == tmp_artifacts / "02_sft" / "cpu-tiny" / "sft"
+    assert stages.stage_dir("sft", GPU_06B).parent.name == "gpu-Qwen--Qwen3-0.6B"
+    local_a, local_b = replace(GPU_06B, model_id="/models/a/model"), replace(GPU_06B, model_id="/models/b/model")
+    assert local_a.slug != local_b.slug and local_a.slug.startswith("gpu-model-")
+
+
+def test_gpu_profile_never_gets_a_cpu_checkpoint(tmp_artifacts, tiny_recipes, monkeypatch):
+    cpu = get_profile("cpu-tiny")
+    stages.build_stage("pretrain", cpu)
+    stages.build_stage("sft", cpu)
+    assert stages.stage_exists("sft", cpu)
+    for gpu in (GPU_06B, GPU_17B):
+        assert not stages.stage_exists("sft", gpu)
+        with pytest.raises(FileNotFoundError, match="gpu-Qwen--Qwen3"):
+            stages.load_stage("sft", gpu, build_if_missing=False)
+    # the pretrain stage of a hub profile is the hub model itself, never the tiny checkpoint
+    calls = []
+    monkeypatch.setattr(stages, "load_hub_model", lambda model_id, profile, **kw: calls.append(model_id) or "hub")
+    assert stages.load_stage("pretrain", GPU_06B) == "hub" and calls == ["Qwen/Qwen3-0.6B"]
+    with pytest.raises(ValueError, match="hub model"):
+        stages.build_stage("pretrain", GPU_06B)
+
+
+def test_missing_stages_are_built_from_their_parents_then_loaded(tmp_artifacts, tiny_recipes, capsys):
     prof = get_profile("cpu-tiny")
-    model, tok = stages.load_stage("pretrain", prof)
-    assert "building it now" in capsys.readouterr().out
-    assert (tmp_artifacts / "01_pretrain" / "model" / "model.safetensors").exists()
-    again, _ = stages.load_stage("pretrain", prof)
+    model, tok = stages.load_stage("reward", prof)  # builds pretrain, then sft, then reward
+    out = capsys.readouterr().out
+    assert all(f"Stage {name!r} not found" in out for name in ("pretrain", "sft", "reward"))
+    assert type(model).__name__ == "Qwen3ForSequenceClassification" and model.config.num_labels == 1
+    for name in ("pretrain", "sft", "reward"):
+        path = stages.stage_dir(name, prof)
+        assert (path / "model.safetensors").exists()
+        info = json.loads((path / "stage.json").read_text())
+        assert info["profile"] == "cpu-tiny" and info["recipe"]["steps"] == 2
+    again, _ = stages.load_stage("reward", prof)
     assert "building" not in capsys.readouterr().out
-    assert type(again).__name__ == "Qwen3ForCausalLM" and len(tok) == again.config.vocab_size
+    assert torch.equal(again.score.weight, model.score.weight)
+
+
+def test_sft_cold_stops_at_its_target_accuracy(tmp_artifacts, tiny_recipes, monkeypatch):
+    """The cold start streams the chats and stops at the first check that reaches the target."""
+    seen = {}
+    real = stages.training.sft_trainer
+
+    def spy(model, tokenizer, profile, recipe, output_dir):
+        trainer = real(model, tokenizer, profile, recipe, output_dir)
+        seen["trainer"] = trainer
+        return trainer
+    monkeypatch.setitem(stages.STAGES, "sft_cold", replace(stages.STAGES["sft_cold"], trainer=spy))
+    prof = get_profile("cpu-tiny")
+    stages.build_stage("sft_cold", prof, recipes.recipe_for("sft_cold", prof, steps=6, check_every=2,
+                                                            stop_at_accuracy=0.0))
+    callback = next(c for c in seen["trainer"].callback_handler.callbacks
+                    if isinstance(c, stages.training.AccuracyCallback))
+    assert callback.stopped_at == 2 and seen["trainer"].state.global_step == 2
+    assert [step for step, _ in callback.curve] == [0, 2]
+    assert len(seen["trainer"].train_dataset) == 7500  # streams all chats; the target decides how many are seen

@@ -1,11 +1,15 @@
-"""Small reinforcement-learning experiments for notebook 04 (no language model needed).
+"""RL basics: the toy experiments of notebook 04 (RL foundations), in NumPy, no language model.
 
-Everything takes an explicit ``numpy.random.Generator`` so results are seeded.
+This module holds only the small, self-contained experiments that notebook 04 runs
+and shows on the page with ``checks.show_source``; the PPO / GRPO / DPO code for
+language models lives in other modules. Everything takes an explicit
+``numpy.random.Generator`` so results are seeded.
 
 * Bandits: :class:`BernoulliBandit`, on-policy REINFORCE and off-policy
   importance-weighted policy gradient from a fixed behaviour policy.
-* Gridworld: the cliff walk, SARSA (on-policy TD) vs Q-learning (off-policy TD).
-* Importance sampling: :func:`importance_sampling_estimate`.
+* Gridworld: the cliff walk, :func:`td_control` = SARSA (on-policy TD) or Q-learning (off-policy TD);
+  :func:`walk` (where a learned epsilon-greedy policy goes) and :func:`greedy_path`.
+* Importance sampling: :func:`importance_sampling_estimate` (plain or with truncated weights).
 * Monte Carlo: :func:`mc_pi`, :func:`mc_integral_hit_or_miss`,
   :func:`policy_gradient_estimates` (with and without a baseline).
 * MCTS with UCT on Nim: :class:`Nim`, :func:`uct_score`, :func:`mcts_move`, :func:`play`.
@@ -62,13 +66,16 @@ def reinforce_on_policy(bandit: BernoulliBandit, rng: np.random.Generator, steps
 
     Returns ``(samples_used, expected_return)`` after each update.
     """
-    theta = np.zeros(bandit.k)
+    theta = np.zeros(bandit.k)                                       # policy pi = softmax(theta)
     used, returns = [], []
     for step in range(1, steps + 1):
-        actions = rng.choice(bandit.k, size=batch, p=softmax(theta))
+        actions = rng.choice(bandit.k, size=batch, p=softmax(theta))  # fresh samples from the current pi
         rewards = bandit.pull(actions, rng)
-        advantages = rewards - rewards.mean()                      # batch-mean baseline
-        theta += lr * (advantages[:, None] * grad_log_softmax(theta, actions)).mean(0)
+        # batch-mean baseline; it includes each sample's own reward, so the expected step is (batch-1)/batch
+        # of the true gradient (a leave-one-out mean, as in RLOO, would be exactly unbiased)
+        advantages = rewards - rewards.mean()
+        grad = (advantages[:, None] * grad_log_softmax(theta, actions)).mean(0)
+        theta += lr * grad                                           # gradient ascent on E[R]
         used.append(step * batch)
         returns.append(bandit.expected_return(softmax(theta)))
     return used, returns
@@ -77,22 +84,23 @@ def reinforce_on_policy(bandit: BernoulliBandit, rng: np.random.Generator, steps
 def off_policy_from_log(bandit: BernoulliBandit, rng: np.random.Generator, n_samples: int,
                         behaviour: np.ndarray | None = None, epochs: int = 300, lr: float = 0.5,
                         clip: float | None = None) -> float:
-    """Learn once from a fixed log of ``n_samples`` pulls of a behaviour policy ``mu``.
+    """Learn from a fixed log of ``n_samples`` pulls of a behaviour policy ``mu`` (uniform by default).
 
-    The log is generated once; the target policy is then updated many times on it with
-    the importance-weighted gradient ``mean(pi(a)/mu(a) * (r - b) * grad log pi(a))``.
-    Returns the expected return of the learned policy.
+    The log is generated once; the target policy is then updated ``epochs`` times on it with
+    the importance-weighted gradient ``mean(pi(a)/mu(a) * (r - b) * grad log pi(a))``
+    (``clip``: use ``min(pi/mu, clip)``). Returns the expected return of the learned policy.
     """
     mu = np.full(bandit.k, 1.0 / bandit.k) if behaviour is None else np.asarray(behaviour, float)
-    actions = rng.choice(bandit.k, size=n_samples, p=mu)
+    actions = rng.choice(bandit.k, size=n_samples, p=mu)             # the log: sampled once, from mu
     rewards = bandit.pull(actions, rng)
     baseline = rewards.mean()
     theta = np.zeros(bandit.k)
-    for _ in range(epochs):
-        ratio = softmax(theta)[actions] / mu[actions]
+    for _ in range(epochs):                                          # reuse the same log every epoch
+        ratio = softmax(theta)[actions] / mu[actions]                # importance weight pi(a) / mu(a)
         if clip is not None:
             ratio = np.minimum(ratio, clip)
-        theta += lr * ((ratio * (rewards - baseline))[:, None] * grad_log_softmax(theta, actions)).mean(0)
+        weights = ratio * (rewards - baseline)
+        theta += lr * (weights[:, None] * grad_log_softmax(theta, actions)).mean(0)
     return bandit.expected_return(softmax(theta))
 
 
@@ -124,7 +132,8 @@ class CliffWalk:
         return (r, c), -1.0, (r, c) == self.goal
 
 
-def _eps_greedy(q: np.ndarray, state, eps: float, rng: np.random.Generator) -> int:
+def eps_greedy(q: np.ndarray, state, eps: float, rng: np.random.Generator) -> int:
+    """With probability ``eps`` a random action, else a greedy one (ties broken at random)."""
     if rng.random() < eps:
         return int(rng.integers(4))
     values = q[state]
@@ -135,10 +144,10 @@ def td_control(env: CliffWalk, rng: np.random.Generator, method: str, episodes: 
                alpha: float = 0.5, eps: float = 0.1, gamma: float = 1.0, max_steps: int = 500):
     """SARSA (``method="sarsa"``, on-policy) or Q-learning (``"q_learning"``, off-policy).
 
-    The only difference is the target: SARSA bootstraps from the action the current
-    epsilon-greedy policy *will actually take*; Q-learning from the greedy action
-    ``max_a Q(s', a)``, whatever the behaviour policy does next.
-    Returns ``(returns_per_episode, Q)``.
+    Both act epsilon-greedily and update ``Q(s, a) += alpha * (target - Q(s, a))``. The only
+    difference is the TD target: SARSA bootstraps from the action ``a'`` its epsilon-greedy
+    policy *will actually take*; Q-learning from the greedy ``max_a Q(s', a)``, whatever it
+    does next. Returns ``(returns_per_episode, Q)``.
     """
     if method not in ("sarsa", "q_learning"):
         raise ValueError(f"method must be 'sarsa' or 'q_learning', got {method!r}")
@@ -146,18 +155,43 @@ def td_control(env: CliffWalk, rng: np.random.Generator, method: str, episodes: 
     returns = []
     for _ in range(episodes):
         s, total = env.start, 0.0
-        a = _eps_greedy(q, s, eps, rng)
+        a = eps_greedy(q, s, eps, rng)
         for _ in range(max_steps):
             s2, r, done = env.step(s, a)
             total += r
-            a2 = _eps_greedy(q, s2, eps, rng)
-            next_value = 0.0 if done else (q[s2][a2] if method == "sarsa" else q[s2].max())
-            q[s][a] += alpha * (r + gamma * next_value - q[s][a])
+            a2 = eps_greedy(q, s2, eps, rng)                  # the action it will really take next
+            if done:
+                target = r                                    # no future after the goal
+            elif method == "sarsa":
+                target = r + gamma * q[s2][a2]                # on-policy: the action taken
+            else:
+                target = r + gamma * q[s2].max()              # off-policy: the greedy action
+            q[s][a] += alpha * (target - q[s][a])             # target - Q(s, a) is the TD error
             s, a = s2, a2
             if done:
                 break
         returns.append(total)
     return returns, q
+
+
+def walk(env: CliffWalk, q: np.ndarray, rng: np.random.Generator, eps: float = 0.1, episodes: int = 100,
+         max_steps: int = 500) -> tuple[np.ndarray, int]:
+    """Follow the epsilon-greedy policy of a fixed ``q`` (no learning) for ``episodes`` episodes.
+
+    Returns ``(visits, falls)``: how often each cell was entered, shape ``(rows, cols)``
+    (the start counts once per episode and once per fall), and how many steps went into the cliff.
+    """
+    visits, falls = np.zeros((env.rows, env.cols)), 0
+    for _ in range(episodes):
+        s = env.start
+        visits[s] += 1
+        for _ in range(max_steps):
+            s, r, done = env.step(s, eps_greedy(q, s, eps, rng))
+            visits[s] += 1
+            falls += r == -100.0
+            if done:
+                break
+    return visits, int(falls)
 
 
 def greedy_path(env: CliffWalk, q: np.ndarray, max_steps: int = 60) -> list[tuple[int, int]]:
@@ -174,16 +208,17 @@ def greedy_path(env: CliffWalk, q: np.ndarray, max_steps: int = 60) -> list[tupl
 # --------------------------------------------------------------------------- importance sampling
 def importance_sampling_estimate(f_values: np.ndarray, log_p: np.ndarray, log_q: np.ndarray,
                                  weighted: bool = True, clip: float | None = None) -> float:
-    """Estimate ``E_p[f]`` from samples ``x ~ q``.
+    """Estimate ``E_p[f]`` from samples ``x ~ q``, given ``log p(x)`` and ``log q(x)``.
 
     ``weighted=True``: ``mean(p(x)/q(x) * f(x))`` (unbiased when ``q > 0`` wherever ``p > 0``);
     ``weighted=False``: ``mean(f(x))``, which estimates ``E_q[f]`` instead (biased for ``E_p``);
-    ``clip``: cap the weights at ``clip`` (less variance, some bias: PPO's trade).
+    ``clip``: truncate the weights, ``min(p/q, clip)`` (less variance, biased towards ``q``;
+    this is truncated IS as in Retrace / V-trace, *not* PPO's clipped objective).
     """
     f_values = np.asarray(f_values, float)
     if not weighted:
         return float(f_values.mean())
-    w = np.exp(np.asarray(log_p, float) - np.asarray(log_q, float))
+    w = np.exp(np.asarray(log_p, float) - np.asarray(log_q, float))   # p(x) / q(x)
     if clip is not None:
         w = np.minimum(w, clip)
     return float((w * f_values).mean())
@@ -225,8 +260,8 @@ def policy_gradient_estimates(bandit: BernoulliBandit, logits: np.ndarray, n: in
     b = bandit.expected_return(probs) if baseline else 0.0
     actions = rng.choice(bandit.k, size=(repeats, n), p=probs)
     rewards = bandit.pull(actions, rng)
-    grads = np.eye(bandit.k)[actions] - probs                          # (repeats, n, K)
-    return ((rewards - b)[..., None] * grads).mean(1)
+    grad_log_pi = np.eye(bandit.k)[actions] - probs                    # (repeats, n, K)
+    return ((rewards - b)[..., None] * grad_log_pi).mean(1)            # average over the n samples
 
 
 # --------------------------------------------------------------------------- MCTS on Nim
@@ -275,40 +310,43 @@ class Node:
     visits: int = 0
 
 
-def _rollout(state: Nim, rng: np.random.Generator) -> int:
-    """Play uniformly random moves to the end; return 0 if the player to move now wins, else 1."""
-    player = 0
+def random_rollout(state: Nim, rng: np.random.Generator) -> float:
+    """Play uniformly random moves to the end: 1.0 if the player who moved *into* ``state`` wins, else 0.0."""
+    mover_wins = True                       # a finished game: the mover took the last object
     while not state.over:
         moves = state.moves()
-        state = state.play(moves[rng.integers(len(moves))])
-        player ^= 1
-    return player ^ 1  # the player who just moved took the last object and won
+        state = state.play(moves[int(rng.integers(len(moves)))])
+        mover_wins = not mover_wins
+    return float(mover_wins)
 
 
 def mcts_move(state: Nim, simulations: int, rng: np.random.Generator, c: float = 1.4,
-              return_root: bool = False):
-    """Choose a move by Monte Carlo tree search with UCT.
+              return_root: bool = False, rollout=random_rollout):
+    """Choose a move by Monte Carlo tree search with UCT; the most visited child is played.
 
-    Each simulation: **selection** (descend by UCT while fully expanded), **expansion**
-    (add one untried child), **simulation** (random rollout), **back-propagation**
-    (update wins/visits up the path). The most visited child is played.
+    A node's ``wins`` count from the point of view of the player who made its ``move``.
+    ``rollout(state, rng)`` returns that player's result (1.0 win, 0.0 loss).
     """
     if state.over:
         raise ValueError("the game is over: no move to choose")
     root = Node(state, untried=state.moves())
     for _ in range(simulations):
         node = root
-        while not node.untried and node.children:                                   # selection
-            node = max(node.children, key=lambda ch: uct_score(ch.wins, ch.visits, node.visits, c))
-        if node.untried:                                                            # expansion
+        # 1. selection: while every move of the node has been tried, descend to the best-UCT child
+        while not node.untried and node.children:
+            parent = node
+            node = max(parent.children, key=lambda ch: uct_score(ch.wins, ch.visits, parent.visits, c))
+        # 2. expansion: add one untried move as a new child
+        if node.untried:
             move = node.untried.pop(int(rng.integers(len(node.untried))))
             child = Node(node.state.play(move), parent=node, move=move)
             child.untried = child.state.moves()
             node.children.append(child)
             node = child
-        # simulation: does the player who made node.move win? (a finished game: they took the last object)
-        mover_wins = 1.0 if node.state.over else float(_rollout(node.state, rng) == 1)
-        while node is not None:                                                     # back-propagation
+        # 3. simulation: play on at random; does the player who made node.move win?
+        mover_wins = rollout(node.state, rng)
+        # 4. back-propagation: every node on the path gets a visit; the result flips at each level
+        while node is not None:
             node.visits += 1
             node.wins += mover_wins
             mover_wins = 1.0 - mover_wins

@@ -1,0 +1,153 @@
+"""Training recipes: one object per stage, the single home of its knobs.
+
+A recipe is a frozen dataclass whose fields each carry a one-line docstring. The
+notebook that owns a stage makes it in its parameters cell (``recipe_for``), shows
+it (``show``) and may override fields; the stage builder of ``stages`` uses the
+very same object, so a rebuilt checkpoint is trained exactly as the notebook trains it::
+
+    recipe = recipe_for("sft", profile, steps=200)   # defaults for this profile, one field changed
+    show(recipe)                                     # a table: field, value, meaning
+
+CPU values are the class defaults (measured on 2 cores). A recipe class's ``GPU``
+mapping holds the fields that differ on the ``gpu`` profile (a 0.6B hub model wants a
+far smaller learning rate and longer sequences than the course's 0.46M-parameter one).
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+from dataclasses import dataclass, fields, replace
+from functools import lru_cache
+from typing import ClassVar
+
+from .checks import show_markdown
+from .profile import Profile
+
+
+@dataclass(frozen=True)
+class PretrainRecipe:
+    """Next-token pretraining of the tiny Qwen3 on the packed corpus (notebook 01)."""
+
+    steps: int = 900
+    """optimizer steps of the Trainer run"""
+    batch_size: int = 32
+    """packed blocks per step"""
+    learning_rate: float = 3e-3
+    """peak learning rate, reached after a warm-up of 5% of the steps"""
+    schedule: str = "cosine"
+    """after the warm-up: cosine decay to 0 ("cosine") or a constant learning rate ("constant")"""
+    weight_decay: float = 0.1
+    """AdamW weight decay"""
+    block_size: int = 64
+    """tokens per packed block"""
+    eval_every: int = 100
+    """steps between validation-loss measurements"""
+
+    GPU: ClassVar[dict] = {}
+
+
+@dataclass(frozen=True)
+class SFTRecipe:
+    """Supervised fine-tuning on arithmetic chats, loss on the assistant's tokens (notebook 02)."""
+
+    steps: int = 400
+    """optimizer steps"""
+    batch_size: int = 32
+    """chats per step"""
+    learning_rate: float = 1e-3
+    """peak learning rate, reached after a warm-up of 5% of the steps"""
+    schedule: str = "cosine"
+    """after the warm-up: cosine decay to 0 ("cosine") or a constant learning rate ("constant")"""
+    max_length: int = 256
+    """longest chat in tokens; longer ones are truncated"""
+    n_examples: int | None = None
+    """train on the first n demonstrations of the train split (None: all 7,500)"""
+    stop_at_accuracy: float | None = None
+    """stop once greedy accuracy on 200 validation problems reaches this (None: run all steps)"""
+    check_every: int = 5
+    """steps between those accuracy checks"""
+
+    GPU: ClassVar[dict] = {"learning_rate": 2e-5, "max_length": 1024, "batch_size": 16}
+
+
+@dataclass(frozen=True)
+class RewardRecipe:
+    """Bradley-Terry reward model on preference pairs (notebook 03)."""
+
+    steps: int = 250
+    """optimizer steps"""
+    batch_size: int = 32
+    """preference pairs per step"""
+    learning_rate: float = 1e-3
+    """peak learning rate, reached after a warm-up of 5% of the steps"""
+    schedule: str = "cosine"
+    """after the warm-up: cosine decay to 0 ("cosine") or a constant learning rate ("constant")"""
+    max_length: int = 256
+    """longest chat in tokens"""
+
+    GPU: ClassVar[dict] = {"learning_rate": 1e-5, "max_length": 1024, "batch_size": 16}
+
+
+# The cold start (DeepSeek-R1's term): SFT on few demonstrations, so that RL has headroom.
+# A fixed number of demonstrations gives very different models on different seeds
+# (measured: 50 demonstrations, 300 steps gave 47% greedy for seed 1234 and 0.7% for seed 7,
+# whose pretrained model reads the question's numbers far less reliably). So the cold start
+# streams the train chats at a constant learning rate and stops as soon as validation
+# accuracy reaches the target: every seed starts RL with the same headroom, after however
+# many demonstrations its model needed (notebook 02 plots accuracy against them).
+COLD_START_TARGET = 0.4
+COLD_START_MAX_STEPS = 468  # at most two passes over the 7,500 train chats at batch 32
+
+DEFAULTS = {
+    "pretrain": PretrainRecipe(),
+    "sft": SFTRecipe(),
+    "sft_cold": SFTRecipe(steps=COLD_START_MAX_STEPS, stop_at_accuracy=COLD_START_TARGET, schedule="constant"),
+    "reward": RewardRecipe(),
+}
+
+
+def recipe_for(stage: str, profile: Profile, **overrides):
+    """The recipe of ``stage`` for ``profile`` (GPU values applied there), with ``overrides``."""
+    if stage not in DEFAULTS:
+        raise ValueError(f"no recipe for stage {stage!r}; stages with recipes: {sorted(DEFAULTS)}")
+    recipe = DEFAULTS[stage]
+    if not profile.is_cpu and recipe.GPU:
+        recipe = replace(recipe, **recipe.GPU)
+    unknown = set(overrides) - {f.name for f in fields(recipe)}
+    if unknown:
+        raise TypeError(f"{type(recipe).__name__} has no field(s) {sorted(unknown)}; "
+                        f"fields: {[f.name for f in fields(recipe)]}")
+    return replace(recipe, **overrides) if overrides else recipe
+
+
+@lru_cache(maxsize=None)
+def field_docs(cls) -> dict[str, str]:
+    """The one-line docstring under each field of a recipe class, read from its source."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body
+    docs = {}
+    for node, nxt in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)):
+            docs[node.target.id] = str(nxt.value.value)
+    return docs
+
+
+def describe(recipe) -> str:
+    """A recipe as a Markdown table: field, value, meaning (changed fields are marked)."""
+    cls = type(recipe)
+    docs, default = field_docs(cls), cls()
+    rows = [f"**{cls.__name__}** — {cls.__doc__.strip()}", "", "| field | value | meaning |", "|---|---|---|"]
+    for f in fields(recipe):
+        value = getattr(recipe, f.name)
+        mark = "" if value == getattr(default, f.name) else " ✎"
+        rows.append(f"| `{f.name}` | `{value!r}`{mark} | {docs.get(f.name, '')} |")
+    rows.append("")
+    rows.append("✎ differs from the class default (profile or override).")
+    return "\n".join(rows)
+
+
+def show(recipe) -> None:
+    """Display :func:`describe` as Markdown in a notebook (printed elsewhere)."""
+    show_markdown(describe(recipe))

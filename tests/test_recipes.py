@@ -1,0 +1,34 @@
+import pytest
+import torch
+
+from course_utils import recipes
+from course_utils.profile import Profile, get_profile
+
+GPU = Profile(name="gpu", model_id="Qwen/Qwen3-0.6B", seed=1, device="cuda", dtype=torch.bfloat16)
+
+
+def test_every_recipe_field_has_a_docstring():
+    from dataclasses import fields
+    for recipe in recipes.DEFAULTS.values():
+        docs = recipes.field_docs(type(recipe))
+        assert {f.name for f in fields(recipe)} == set(docs), type(recipe).__name__
+        assert all(len(d) > 5 for d in docs.values())
+
+
+def test_recipe_for_applies_gpu_values_then_overrides():
+    cpu = recipes.recipe_for("sft", get_profile("cpu-tiny"))
+    gpu = recipes.recipe_for("sft", GPU)
+    assert cpu == recipes.SFTRecipe() and gpu.learning_rate < cpu.learning_rate and gpu.max_length > cpu.max_length
+    assert recipes.recipe_for("sft", GPU, learning_rate=1e-4).learning_rate == 1e-4
+    cold = recipes.recipe_for("sft_cold", get_profile("cpu-tiny"))
+    assert cold.stop_at_accuracy == recipes.COLD_START_TARGET and cold.steps == recipes.COLD_START_MAX_STEPS
+    assert cold.n_examples is None and cold.steps * cold.batch_size <= 2 * 7500 and cold.schedule == "constant"  # at most two passes
+    with pytest.raises(TypeError, match="no field"):
+        recipes.recipe_for("sft", GPU, lr=1)
+    with pytest.raises(ValueError, match="no recipe"):
+        recipes.recipe_for("ppo", GPU)
+
+
+def test_describe_marks_changed_fields():
+    text = recipes.describe(recipes.recipe_for("sft", get_profile("cpu-tiny"), steps=7))
+    assert "| `steps` | `7` ✎ |" in text and "| `batch_size` | `32` |" in text and "optimizer steps" in text
