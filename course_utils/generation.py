@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
+from .losses import completion_logps
+
 
 @contextmanager
 def eval_mode(model, tokenizer=None, padding_side: str | None = None):
@@ -51,10 +53,9 @@ def _eos_ids(tokenizer, model) -> list[int]:
     return sorted(i for i in ids if i is not None)
 
 
-def _sampling_kwargs(tokenizer, model, max_new_tokens: int, temperature: float) -> dict:
+def _sampling_kwargs(tokenizer, eos_ids: list[int], max_new_tokens: int, temperature: float) -> dict:
     """``generate`` arguments: greedy at temperature 0, else plain sampling from softmax(z / T)."""
-    kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-                  eos_token_id=_eos_ids(tokenizer, model))
+    kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id, eos_token_id=eos_ids)
     if temperature == 0:
         return dict(kwargs, do_sample=False)
     # top_k=0 and top_p=1 switch off the generation config's truncations: the full distribution.
@@ -123,14 +124,11 @@ def completion_mask_after_eos(completion_ids: torch.Tensor, eos_ids: list[int]) 
     return (positions[None, :] <= first_eos[:, None]).long()
 
 
-def _pad_right(rows: list[torch.Tensor], value: int) -> torch.Tensor:
+def _pad_and_stack(rows: list[torch.Tensor], value, left: bool = False) -> torch.Tensor:
+    """Concatenate ``(n_i, T_i)`` batches along dim 0, padding each to the widest on the left or the right."""
     width = max(r.size(1) for r in rows)
-    return torch.cat([torch.nn.functional.pad(r, (0, width - r.size(1)), value=value) for r in rows])
-
-
-def _pad_left(rows: list[torch.Tensor], value: int) -> torch.Tensor:
-    width = max(r.size(1) for r in rows)
-    return torch.cat([torch.nn.functional.pad(r, (width - r.size(1), 0), value=value) for r in rows])
+    return torch.cat([torch.nn.functional.pad(r, (width - r.size(1), 0) if left else (0, width - r.size(1)),
+                                              value=value) for r in rows])
 
 
 @torch.no_grad()
@@ -145,7 +143,6 @@ def sample_completions(model, tokenizer, prompts: list[str], num_samples: int = 
     per-token log-probabilities of the sampled tokens under ``softmax(logits / T)``,
     recomputed by one forward pass (``losses.completion_logps``), as PPO stores them.
     """
-    from .losses import completion_logps
     prompts = _check_prompts(prompts)
     if num_samples < 1:
         raise ValueError(f"num_samples must be at least 1, got {num_samples}")
@@ -153,7 +150,7 @@ def sample_completions(model, tokenizer, prompts: list[str], num_samples: int = 
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     device = next(model.parameters()).device
     eos_ids = _eos_ids(tokenizer, model)
-    gen_kwargs = _sampling_kwargs(tokenizer, model, max_new_tokens, temperature)
+    gen_kwargs = _sampling_kwargs(tokenizer, eos_ids, max_new_tokens, temperature)
     prompts_per_batch = max(1, batch_size // num_samples)
     parts = {"prompt_ids": [], "prompt_mask": [], "completion_ids": [], "completion_mask": [], "logps": []}
     with eval_mode(model, tokenizer, padding_side="left"):
@@ -179,10 +176,11 @@ def sample_completions(model, tokenizer, prompts: list[str], num_samples: int = 
             parts["completion_ids"].append(completion_ids.cpu())
             parts["completion_mask"].append(mask.cpu())
     pad = tokenizer.pad_token_id
-    completion_ids = _pad_right(parts["completion_ids"], pad)
-    completion_mask = _pad_right(parts["completion_mask"], 0)
+    completion_ids = _pad_and_stack(parts["completion_ids"], pad)
+    completion_mask = _pad_and_stack(parts["completion_mask"], 0)
     texts = tokenizer.batch_decode(completion_ids.masked_fill(completion_mask == 0, pad), skip_special_tokens=True)
     return Completions(
-        texts=texts, prompt_ids=_pad_left(parts["prompt_ids"], pad), prompt_mask=_pad_left(parts["prompt_mask"], 0),
+        texts=texts, prompt_ids=_pad_and_stack(parts["prompt_ids"], pad, left=True),
+        prompt_mask=_pad_and_stack(parts["prompt_mask"], 0, left=True),
         completion_ids=completion_ids, completion_mask=completion_mask,
-        logps=_pad_right(parts["logps"], 0.0) if return_logps else None, num_samples=num_samples)
+        logps=_pad_and_stack(parts["logps"], 0.0) if return_logps else None, num_samples=num_samples)

@@ -17,6 +17,7 @@ from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallba
 
 from .compat import install_trl_cpu_fallback
 from .data import load_jsonl, preference_rows, sft_rows
+from .evaluation import evaluate_arithmetic
 from .profile import Profile
 from .recipes import PretrainRecipe, RewardRecipe, SFTRecipe
 
@@ -119,7 +120,6 @@ class AccuracyCallback(TrainerCallback):
         self.curve: list[tuple[int, float]] = []
 
     def _measure(self, step, model) -> float:
-        from .evaluation import evaluate_arithmetic
         acc = evaluate_arithmetic(model, self.tokenizer, split=self.split, n=self.n,
                                   max_new_tokens=self.max_new_tokens)["accuracy"]
         self.curve.append((step, acc))
