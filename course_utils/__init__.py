@@ -12,9 +12,10 @@ training   trainer set-ups built from a recipe: pretraining, SFT, reward model
 stages     the stage table, one generic builder, ``load_stage``
 generation eval mode, greedy generation, sampling with completion masks
 losses     losses as pure functions of tensors; ``completion_logps``
-rewards    verifiable reward functions (never raise)
+rewards    verifiable reward functions (never raise on model output)
 rl_basics  notebook 04's toy experiments: bandits, cliff walk, IS, MC, MCTS
 evaluation greedy accuracy, pass@k, failure breakdown, pair accuracy
+ppo        the course's own PPO (TRL has none since 1.13): one function per phase
 plotting   figures; every function returns ``(fig, ax)``
 checks     ``compare`` from-scratch code with the library; ``show_source``
 results    per-notebook metrics -> ``build/RESULTS.md``

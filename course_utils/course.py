@@ -60,7 +60,7 @@ NOTEBOOKS = [
     NotebookInfo("04", "rl_foundations", "RL foundations", "RL foundations",
                  "on/off-policy, importance sampling, Monte Carlo, MCTS/UCT, detach, advantage", 2),
     NotebookInfo("05", "ppo", "PPO: proximal policy optimisation", "PPO",
-                 "policy, reference, reward model and critic; clipped ratio, GAE, KL penalty", None, built=False),
+                 "policy, reference, reward model and critic; clipped ratio, GAE, KL penalty, reward hacking", 7),
     NotebookInfo("06", "dpo", "DPO: direct preference optimisation", "DPO",
                  "the DPO loss from the KL-regularised objective; offline, no reward model, no sampling",
                  None, built=False),
@@ -154,6 +154,12 @@ GLOSSARY: dict[str, tuple[str, str]] = {
     "variance / bias": ("方差/偏差", "spread of an estimator / its systematic error"),
     "GAE (generalised advantage estimation)": ("广义优势估计", "advantage from TD errors, weighted by gamma*lambda"),
     "TD error": ("时序差分误差", "r + gamma V(s') - V(s)"),
+    "KL estimators (k1, k2, k3)": ("KL估计器", "per-sample estimates of KL(π‖π_ref) from log r = log π_ref − log π: "
+                                   "k1 = −log r (unbiased, can be negative), k2 = ½(log r)² (biased), "
+                                   "k3 = r − 1 − log r (unbiased, never negative; k2 and k3 vary little while π ≈ π_ref)"),
+    "advantage whitening": ("优势归一化（白化）", "rescaling a batch's advantages to mean 0 and standard deviation 1"),
+    "explained variance": ("解释方差", "1 − Var(R − V)/Var(R): how much of the returns the critic predicts "
+                           "(1 perfect, 0 no better than a constant)"),
     "PPO": ("近端策略优化", "proximal policy optimisation: clipped ratio, critic, KL to reference"),
     "DPO": ("直接偏好优化", "direct preference optimisation: an offline loss on preference pairs, derived in closed "
             "form from the KL-regularised RL objective; no reward model, no sampling, no RL loop"),

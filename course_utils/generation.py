@@ -45,7 +45,7 @@ def _check_prompts(prompts) -> list[str]:
     return list(prompts)
 
 
-def _eos_ids(tokenizer, model) -> list[int]:
+def eos_token_ids(tokenizer, model) -> list[int]:
     """Every token id that ends a completion (the tokenizer's EOS and the model's)."""
     ids = {tokenizer.eos_token_id}
     gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
@@ -149,7 +149,7 @@ def sample_completions(model, tokenizer, prompts: list[str], num_samples: int = 
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     device = next(model.parameters()).device
-    eos_ids = _eos_ids(tokenizer, model)
+    eos_ids = eos_token_ids(tokenizer, model)
     gen_kwargs = _sampling_kwargs(tokenizer, eos_ids, max_new_tokens, temperature)
     prompts_per_batch = max(1, batch_size // num_samples)
     parts = {"prompt_ids": [], "prompt_mask": [], "completion_ids": [], "completion_mask": [], "logps": []}

@@ -105,3 +105,132 @@ def completion_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tenso
     logps = selective_log_softmax(logits, input_ids[:, 1:])                               # (B, T-1)
     logps = logps * completion_mask[:, 1:].to(logps.dtype)
     return torch.cat([torch.zeros_like(logps[:, :1]), logps], 1)                          # (B, T)
+
+
+# ---------------------------------------------------------------------------------------------
+# PPO (notebook 05). Shapes: (B, T) over completion tokens; ``mask`` is 1 on real tokens
+# (up to and including EOS) and 0 on padding after it.
+# ---------------------------------------------------------------------------------------------
+
+KL_KINDS = ("k1", "k2", "k3")
+
+
+def kl_estimate(logps: torch.Tensor, ref_logps: torch.Tensor, kind: str = "k1") -> torch.Tensor:
+    """Per-token estimate of ``KL(π ‖ π_ref)`` from tokens sampled from ``π`` (Schulman's k1/k2/k3).
+
+    With ``log r = ref_logps − logps`` (the log-ratio ``π_ref / π`` at the sampled token):
+
+    * ``"k1"``: ``−log r = logps − ref_logps`` — unbiased, negative on some tokens, the largest
+      spread while π ≈ π_ref;
+    * ``"k2"``: ``½ (log r)²`` — never negative, biased (exact to second order);
+    * ``"k3"``: ``r − 1 − log r = exp(ref − logp) − (ref − logp) − 1`` — unbiased and never negative.
+
+    k2 and k3 have a small spread near π_ref and a heavy tail far from it (``r`` blows up
+    on tokens the policy has made unlikely).
+
+    Each is averaged over samples to estimate the KL; TRL's PPO used k1 as a per-token
+    reward penalty, GRPO puts k3 in the loss.
+    """
+    if logps.shape != ref_logps.shape:
+        raise ValueError(f"logps {tuple(logps.shape)} and ref_logps {tuple(ref_logps.shape)} must match")
+    log_r = ref_logps - logps
+    if kind == "k1":
+        return -log_r
+    if kind == "k2":
+        return 0.5 * log_r ** 2
+    if kind == "k3":
+        return torch.exp(log_r) - log_r - 1
+    raise ValueError(f"kind must be one of {KL_KINDS}, got {kind!r}")
+
+
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
+    """``(values − mean) / std`` over the positions where ``mask`` is 1 (mean kept if not ``shift_mean``).
+
+    PPO whitens advantages across the whole batch of tokens so that the policy loss
+    has the same scale whatever the reward's units. The variance is the unbiased one,
+    as in TRL; positions outside the mask are set to 0.
+    """
+    mean = masked_mean(values, mask)
+    centred = values - mean
+    count = mask.to(values.dtype).sum()
+    var = masked_mean(centred ** 2, mask) * count / (count - 1).clamp(min=1)
+    whitened = centred * torch.rsqrt(var + 1e-8)
+    if not shift_mean:
+        whitened = whitened + mean
+    return whitened * mask.to(values.dtype)
+
+
+def gae(rewards: torch.Tensor, values: torch.Tensor, gamma: float = 1.0, lam: float = 0.95,
+        mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over the tokens of each completion.
+
+    .. math::
+        \\delta_t = r_t + \\gamma V_{t+1} - V_t, \\qquad
+        A_t = \\delta_t + \\gamma \\lambda A_{t+1}, \\qquad R_t = A_t + V_t
+
+    computed backwards from the last position; the value and the advantage *after* the
+    last position are 0. ``rewards`` and ``values`` are ``(B, T)``. With a
+    ``mask``, rewards and values after a row's EOS are set to 0 first, so those
+    positions contribute nothing: their δ is 0 and the EOS token bootstraps from a
+    value of 0, exactly as if the sequence ended there. (The advantages and returns
+    at masked positions are 0 and are excluded from every loss by the same mask.)
+    Returns ``(advantages, returns)``, both ``(B, T)``; neither carries gradient.
+    """
+    if rewards.shape != values.shape:
+        raise ValueError(f"rewards {tuple(rewards.shape)} and values {tuple(values.shape)} must match")
+    rewards, values = rewards.detach(), values.detach()
+    if mask is not None:
+        m = mask.to(values.dtype)
+        rewards, values = rewards * m, values * m
+    advantages = torch.zeros_like(rewards)
+    next_value = torch.zeros_like(rewards[:, 0])
+    next_advantage = torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(rewards.size(1))):
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        next_advantage = delta + gamma * lam * next_advantage
+        advantages[:, t] = next_advantage
+        next_value = values[:, t]
+    return advantages, advantages + values
+
+
+def ppo_policy_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor,
+                    mask: torch.Tensor, clip_range: float = 0.2) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's clipped surrogate, as a loss to minimise, and the share of tokens where the clip binds.
+
+    .. math::
+        \\rho_t = \\exp(\\log\\pi_\\theta - \\log\\pi_{old}), \\quad
+        \\mathcal{L} = \\operatorname{mean}_t \\max\\big(-A_t \\rho_t,\\;
+        -A_t \\operatorname{clip}(\\rho_t, 1-\\epsilon, 1+\\epsilon)\\big)
+
+    The max of the two negatives is the min of the two objectives: the pessimistic
+    bound. ``clipfrac`` is the masked share of tokens where the clipped term is the
+    larger loss (there the gradient is zero).
+    """
+    ratio = torch.exp(logps - old_logps)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_range, 1.0 + clip_range)
+    loss = masked_mean(torch.max(unclipped, clipped), mask)
+    clipfrac = masked_mean((clipped > unclipped).to(logps.dtype), mask)
+    return loss, clipfrac.detach()
+
+
+def ppo_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
+                   clip_range_value: float = 0.2) -> tuple[torch.Tensor, torch.Tensor]:
+    """Clipped value loss: ``0.5 · mean max((V − R)², (clip(V, V_old ± ε) − R)²)``, and its clip fraction.
+
+    The new value prediction may move at most ``ε`` from the one made at rollout time
+    before the clipped error takes over; taking the larger of the two squared errors
+    makes the clip a pessimistic bound, like the policy's.
+    """
+    clipped_values = torch.clamp(values, old_values - clip_range_value, old_values + clip_range_value)
+    unclipped_error = (values - returns) ** 2
+    clipped_error = (clipped_values - returns) ** 2
+    loss = 0.5 * masked_mean(torch.max(unclipped_error, clipped_error), mask)
+    clipfrac = masked_mean((clipped_error > unclipped_error).to(values.dtype), mask)
+    return loss, clipfrac.detach()
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Per-position entropy of ``softmax(logits)``: ``(B, T, V) → (B, T)``, in nats."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return -(logp.exp() * logp).sum(-1)

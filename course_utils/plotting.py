@@ -156,3 +156,30 @@ def plot_pipeline(title: str = "Where each notebook sits", ax=None):
     ax.set_title(title)
     fig.tight_layout()
     return fig, ax
+
+
+def plot_run_panels(histories: Mapping[str, Sequence[Mapping[str, float]]], keys: Mapping[str, str],
+                    ncols: int = 4, window: int = 1, title: str = ""):
+    """Small multiples of an RL run's log: one panel per ``keys`` entry (log key → panel title).
+
+    ``histories`` maps a run's name to its list of per-step dicts (each with ``"step"``),
+    so several runs share every panel. Returns ``(fig, axes)``.
+    """
+    nrows = math.ceil(len(keys) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.2 * ncols, 2.4 * nrows), squeeze=False)
+    for ax, (key, label) in zip(axes.flat, keys.items()):
+        for name, history in histories.items():
+            steps = [h["step"] for h in history if key in h]
+            ax.plot(steps, smooth([h[key] for h in history if key in h], window), label=name)
+        ax.set_title(label, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(keys):]:
+        ax.axis("off")
+    if len(histories) > 1:
+        axes.flat[0].legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig, axes

@@ -89,6 +89,53 @@ class RewardRecipe:
     GPU: ClassVar[dict] = {"learning_rate": 1e-5, "max_length": 1024, "batch_size": 16}
 
 
+@dataclass(frozen=True)
+class PPORecipe:
+    """The course's own PPO on a language model: rollouts, KL-shaped rewards, GAE, clipped updates (notebook 05)."""
+
+    steps: int = 60
+    """PPO iterations; each samples a fresh batch of rollouts and updates on it"""
+    rollouts_per_step: int = 64
+    """completions sampled per iteration"""
+    samples_per_prompt: int = 1
+    """completions per prompt (TRL's PPO: 1); rollouts_per_step / samples_per_prompt prompts per iteration"""
+    temperature: float = 1.0
+    """sampling temperature of the rollouts (the losses use the same softmax(z / T))"""
+    max_new_tokens: int = 48
+    """longest completion in tokens"""
+    learning_rate: float = 2e-5
+    """AdamW learning rate of policy and value model together (one optimizer, as TRL had); 1e-4 collapsed accuracy here"""
+    ppo_epochs: int = 4
+    """passes over each batch of rollouts"""
+    minibatch_size: int = 32
+    """rollouts per gradient step inside an epoch"""
+    clip_range: float = 0.2
+    """epsilon of the clipped policy ratio, 1 ± epsilon"""
+    clip_range_value: float = 0.2
+    """how far a value prediction may move from its rollout-time value before it is clipped"""
+    vf_coef: float = 0.1
+    """weight of the value loss in the total loss"""
+    entropy_coef: float = 0.0
+    """weight of an entropy bonus (0: none, as TRL's PPO)"""
+    kl_coef: float = 0.01
+    """beta: the per-token reward penalty is -beta * KL(policy || reference) (TRL's default: 0.05)"""
+    kl_estimator: str = "k1"
+    """per-token KL estimator in the reward: "k1", "k2" or "k3" (losses.kl_estimate)"""
+    gamma: float = 1.0
+    """discount per token"""
+    lam: float = 1.0
+    """GAE lambda: 0 is one-step TD, 1 is the Monte-Carlo return (TRL's default: 0.95; see notebook 05, section 4)"""
+    whiten_advantages: bool = True
+    """normalise advantages to mean 0, std 1 over each batch's tokens"""
+    missing_eos_penalty: float = 1.0
+    """subtracted from the score of a completion cut off before its EOS"""
+    max_grad_norm: float = 1.0
+    """gradient-norm clip of each update"""
+
+    GPU: ClassVar[dict] = {"learning_rate": 1e-6, "max_new_tokens": 256, "rollouts_per_step": 32,
+                           "minibatch_size": 8}
+
+
 # The cold start (DeepSeek-R1's term): SFT on few demonstrations, so that RL has headroom.
 # A fixed number of demonstrations gives very different models on different seeds
 # (measured: 50 demonstrations, 300 steps gave 47% greedy for seed 1234 and 0.7% for seed 7,
@@ -104,6 +151,7 @@ DEFAULTS = {
     "sft": SFTRecipe(),
     "sft_cold": SFTRecipe(steps=COLD_START_MAX_STEPS, stop_at_accuracy=COLD_START_TARGET, schedule="constant"),
     "reward": RewardRecipe(),
+    "ppo": PPORecipe(),
 }
 
 

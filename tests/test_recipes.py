@@ -26,9 +26,18 @@ def test_recipe_for_applies_gpu_values_then_overrides():
     with pytest.raises(TypeError, match="no field"):
         recipes.recipe_for("sft", GPU, lr=1)
     with pytest.raises(ValueError, match="no recipe"):
-        recipes.recipe_for("ppo", GPU)
+        recipes.recipe_for("no_such_stage", GPU)
 
 
 def test_describe_marks_changed_fields():
     text = recipes.describe(recipes.recipe_for("sft", get_profile("cpu-tiny"), steps=7))
     assert "| `steps` | `7` ✎ |" in text and "| `batch_size` | `32` |" in text and "optimizer steps" in text
+
+
+def test_ppo_recipe_gpu_values_and_consistency():
+    cpu = recipes.recipe_for("ppo", get_profile("cpu-tiny"))
+    gpu = recipes.recipe_for("ppo", GPU)
+    assert gpu.learning_rate < cpu.learning_rate and gpu.max_new_tokens > cpu.max_new_tokens
+    for recipe in (cpu, gpu):
+        assert recipe.rollouts_per_step % recipe.samples_per_prompt == 0
+        assert recipe.rollouts_per_step % recipe.minibatch_size == 0 and recipe.kl_estimator in ("k1", "k2", "k3")

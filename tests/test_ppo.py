@@ -1,0 +1,195 @@
+"""PPO: the losses against independent computations, the phases, one real update on a tiny model."""
+import math
+
+import pytest
+import torch
+
+from course_utils import losses, ppo
+from course_utils.generation import Completions
+from course_utils.recipes import PPORecipe
+
+DTYPES = [torch.float32, torch.float64]
+
+
+def _batch(dtype, B=3, T=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.ones(B, T, dtype=torch.long)
+    mask[1, 4:] = 0          # a row that ends early
+    mask[2, 2:] = 0
+    return g, mask, torch.randn(B, T, generator=g, dtype=dtype), torch.randn(B, T, generator=g, dtype=dtype)
+
+
+def _kept(mask):
+    """The (row, token) positions where the mask is 1."""
+    return [(b, t) for b in range(mask.size(0)) for t in range(mask.size(1)) if mask[b, t]]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_kl_estimators(dtype):
+    g = torch.Generator().manual_seed(1)
+    logps = -torch.rand(5, 4, generator=g, dtype=dtype) * 3
+    ref = -torch.rand(5, 4, generator=g, dtype=dtype) * 3
+    for i in range(5):
+        for j in range(4):
+            lp, lr = float(logps[i, j]), float(ref[i, j])
+            assert math.isclose(losses.kl_estimate(logps, ref, "k1")[i, j].item(), lp - lr, rel_tol=1e-5, abs_tol=1e-6)
+            assert math.isclose(losses.kl_estimate(logps, ref, "k2")[i, j].item(), 0.5 * (lp - lr) ** 2,
+                                rel_tol=1e-5, abs_tol=1e-6)
+            r = math.exp(lr - lp)
+            assert math.isclose(losses.kl_estimate(logps, ref, "k3")[i, j].item(), r - math.log(r) - 1,
+                                rel_tol=1e-4, abs_tol=1e-6)
+    assert (losses.kl_estimate(logps, ref, "k3") >= 0).all() and (losses.kl_estimate(logps, ref, "k2") >= 0).all()
+    with pytest.raises(ValueError, match="kind"):
+        losses.kl_estimate(logps, ref, "k4")
+
+
+def test_kl_estimators_are_unbiased_where_promised():
+    """Sampling from p, k1 and k3 average to KL(p||q); k2 does not in general."""
+    g = torch.Generator().manual_seed(0)
+    p = torch.tensor([0.7, 0.2, 0.1], dtype=torch.float64)
+    q = torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64)
+    exact = float((p * (p / q).log()).sum())
+    x = torch.multinomial(p, 400_000, replacement=True, generator=g)
+    logp, logq = p.log()[x], q.log()[x]
+    assert abs(losses.kl_estimate(logp, logq, "k1").mean().item() - exact) < 0.01
+    assert abs(losses.kl_estimate(logp, logq, "k3").mean().item() - exact) < 0.01
+    assert abs(losses.kl_estimate(logp, logq, "k2").mean().item() - exact) > 0.05
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gae_matches_the_sum_of_discounted_deltas(dtype):
+    _, mask, rewards, values = _batch(dtype)
+    gamma, lam = 0.9, 0.8
+    adv, ret = losses.gae(rewards, values, gamma, lam, mask)
+    assert adv.dtype == dtype
+    for b in range(3):
+        n = int(mask[b].sum())
+        r, v = rewards[b, :n].tolist(), values[b, :n].tolist() + [0.0]   # value after the last token: 0
+        deltas = [r[t] + gamma * v[t + 1] - v[t] for t in range(n)]
+        for t in range(n):
+            want = sum((gamma * lam) ** k * deltas[t + k] for k in range(n - t))
+            assert math.isclose(adv[b, t].item(), want, rel_tol=1e-5, abs_tol=1e-5)
+            assert math.isclose(ret[b, t].item(), want + v[t], rel_tol=1e-5, abs_tol=1e-5)
+        assert (adv[b, n:] == 0).all() and (ret[b, n:] == 0).all()
+
+
+def test_gae_limits():
+    """lam = 1, gamma = 1: advantage = reward-to-go − V; lam = 0: the one-step TD error."""
+    rewards = torch.tensor([[0.0, 0.0, 1.0]])
+    values = torch.tensor([[0.2, 0.5, 0.7]])
+    adv, ret = losses.gae(rewards, values, 1.0, 1.0)
+    torch.testing.assert_close(ret, torch.tensor([[1.0, 1.0, 1.0]]))
+    adv0, _ = losses.gae(rewards, values, 1.0, 0.0)
+    torch.testing.assert_close(adv0, torch.tensor([[0.3, 0.2, 0.3]]))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_ppo_policy_loss_against_the_min_of_objectives(dtype):
+    g, mask, adv, _ = _batch(dtype)
+    old = -torch.rand(3, 6, generator=g, dtype=dtype)
+    new = old + 0.4 * torch.randn(3, 6, generator=g, dtype=dtype)
+    loss, clipfrac = losses.ppo_policy_loss(new, old, adv, mask, 0.2)
+    objectives, clipped = [], []
+    for b, t in _kept(mask):
+        rho, a = math.exp(new[b, t] - old[b, t]), adv[b, t].item()
+        objectives.append(min(rho * a, min(max(rho, 0.8), 1.2) * a))
+        clipped.append(min(max(rho, 0.8), 1.2) * a < rho * a)
+    assert math.isclose(loss.item(), -sum(objectives) / len(objectives), rel_tol=1e-5)
+    assert math.isclose(clipfrac.item(), sum(clipped) / len(clipped), rel_tol=1e-6)
+
+
+def test_ppo_policy_loss_at_ratio_one_has_the_gradient_of_the_advantage():
+    """At the first minibatch ρ = 1, yet the gradient is −A·∇log π, not 0."""
+    logits = torch.randn(2, 4, requires_grad=True)
+    adv = torch.tensor([[1.0, -2.0, 0.5, 0.0], [0.3, 0.3, -1.0, 2.0]])
+    mask = torch.ones(2, 4)
+    loss, clipfrac = losses.ppo_policy_loss(logits, logits.detach(), adv, mask, 0.2)
+    loss.backward()
+    assert clipfrac.item() == 0
+    torch.testing.assert_close(logits.grad, -adv / 8)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_ppo_value_loss_against_elementwise(dtype):
+    g, mask, values, returns = _batch(dtype, seed=3)
+    old = values + 0.5 * torch.randn(3, 6, generator=g, dtype=dtype)
+    loss, clipfrac = losses.ppo_value_loss(values, old, returns, mask, 0.2)
+    errors, clipped = [], []
+    for b, t in _kept(mask):
+        v, vo, r = values[b, t].item(), old[b, t].item(), returns[b, t].item()
+        vc = min(max(v, vo - 0.2), vo + 0.2)
+        errors.append(max((v - r) ** 2, (vc - r) ** 2))
+        clipped.append((vc - r) ** 2 > (v - r) ** 2)
+    assert math.isclose(loss.item(), 0.5 * sum(errors) / len(errors), rel_tol=1e-5)
+    assert math.isclose(clipfrac.item(), sum(clipped) / len(clipped), rel_tol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_masked_whiten(dtype):
+    _, mask, values, _ = _batch(dtype)
+    out = losses.masked_whiten(values, mask)
+    kept = values[mask.bool()]
+    torch.testing.assert_close(out[mask.bool()], (kept - kept.mean()) / kept.std(), rtol=1e-4, atol=1e-5)
+    assert (out[~mask.bool()] == 0).all()
+
+
+def test_shaped_rewards_put_the_score_on_the_last_token():
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]]).float()
+    logps = torch.full((2, 4), -1.0) * mask
+    ref = torch.full((2, 4), -1.5) * mask
+    rewards, kl = ppo.shaped_rewards(torch.tensor([2.0, -1.0]), logps, ref, mask, kl_coef=0.1)
+    torch.testing.assert_close(kl, 0.5 * mask)
+    torch.testing.assert_close(rewards, torch.tensor([[-0.05, -0.05, 1.95, 0.0], [-0.05, -0.05, -0.05, -1.05]]))
+
+
+def test_explained_variance():
+    mask = torch.ones(1, 4)
+    returns = torch.tensor([[1.0, 2.0, 3.0, 4.0]])
+    assert ppo.explained_variance(returns, returns, mask) == pytest.approx(1.0)
+    assert ppo.explained_variance(torch.full_like(returns, 2.5), returns, mask) == pytest.approx(0.0)
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tokenizer):
+    from transformers import AutoModelForSequenceClassification
+    from course_utils.modeling import build_model
+    policy = build_model(tokenizer, seed=0)
+    ref = build_model(tokenizer, seed=0)
+    value = AutoModelForSequenceClassification.from_config(policy.config.__class__(**{**policy.config.to_dict(),
+                                                                                          "num_labels": 1}))
+    return policy, ref, value
+
+
+def test_one_ppo_update_moves_the_parameters_and_lowers_its_loss(tokenizer, tiny_models):
+    policy, ref, value = tiny_models
+    torch.manual_seed(0)
+    model = ppo.PolicyAndValue(policy, value)
+    recipe = PPORecipe(rollouts_per_step=8, minibatch_size=8, ppo_epochs=1, max_new_tokens=8, learning_rate=1e-2)
+    problems = [{"question": f"What is {i} + {i + 3}?", "answer": str(2 * i + 3)} for i in range(8)]
+    score_fn = lambda texts, probs: torch.linspace(-1, 1, len(texts))   # any non-constant score
+    batch = ppo.make_rollouts(model, ref, tokenizer, problems, score_fn, recipe)
+    assert batch.advantages.shape == batch.mask.shape == batch.values.shape
+
+    def loss_on_batch():
+        with torch.no_grad():
+            logps, values, _ = ppo.policy_value_forward(model, batch.completions)
+            m = batch.mask.float()
+            pg, _ = losses.ppo_policy_loss(logps, batch.logps, batch.advantages, m, recipe.clip_range)
+            vf, _ = losses.ppo_value_loss(values, batch.values, batch.returns, m, recipe.clip_range_value)
+        return (pg + recipe.vf_coef * vf).item()
+
+    before = [p.detach().clone() for p in model.parameters()]
+    loss_before = loss_on_batch()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+    stats = ppo.ppo_update(model, optimizer, batch, recipe)
+    assert stats["ratio"] == pytest.approx(1.0, abs=1e-4)        # first minibatch: π = π_old
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert loss_on_batch() < loss_before
+
+
+def test_finished_detects_cut_off_completions():
+    ids = torch.tensor([[5, 6, 2, 0], [5, 6, 7, 8]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    c = Completions(["a", "b"], torch.zeros(2, 1, dtype=torch.long), torch.ones(2, 1, dtype=torch.long), ids, mask,
+                    None, 1)
+    assert ppo.finished(c, [2]).tolist() == [True, False]
