@@ -93,7 +93,10 @@ def load_models(profile, start: str = "sft_cold"):
     The policy and the frozen reference are two copies of stage ``start``; the value
     model is the same backbone under a new one-output ``score`` head (TRL initialised it
     from the reward model instead; here the verifier run has none). Loading from disk,
-    not ``copy.deepcopy``, gives independent modules every time.
+    not ``copy.deepcopy``, gives independent modules every time. All three are cast to
+    float32 (a no-op on the CPU): a stage saved in bfloat16 on the GPU would otherwise be
+    trained in pure bfloat16, where Adam's small steps round to nothing, and the reference
+    would compute its log-probs at another precision than the policy.
     """
     from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
@@ -108,7 +111,7 @@ def load_models(profile, start: str = "sft_cold"):
         value_model, _ = load_stage(start, profile, model_class=AutoModelForSequenceClassification, num_labels=1)
     finally:
         hf_logging.set_verbosity(verbosity)
-    return policy, reference.eval().requires_grad_(False), value_model, tokenizer
+    return policy.float(), reference.float().eval().requires_grad_(False), value_model.float(), tokenizer
 
 
 def rollout(policy, tokenizer, problems: list[dict], recipe: PPORecipe) -> Completions:
