@@ -8,14 +8,15 @@ profile    run profiles (cpu-tiny / gpu), seeds, CPU-safe trainer args
 recipes    one recipe object per stage: the single home of its knobs
 data       the tiny world: arithmetic problems, corpus, preference pairs
 modeling   tokenizer training, tiny Qwen3 config, safetensors checkpoints
-training   trainer set-ups built from a recipe: pretraining, SFT, reward model
+training   trainer set-ups built from a recipe: pretraining, SFT, reward model, DPO, SimPO
 stages     the stage table, one generic builder, ``load_stage``
 generation eval mode, greedy generation, sampling with completion masks
 losses     losses as pure functions of tensors; ``completion_logps``
 rewards    verifiable reward functions (never raise on model output)
 rl_basics  notebook 04's toy experiments: bandits, cliff walk, IS, MC, MCTS
-evaluation greedy accuracy, pass@k, failure breakdown, pair accuracy
+evaluation greedy accuracy, pass@k, failure breakdown, pair accuracy, KL to a reference
 ppo        the course's own PPO (TRL has none since 1.13): one function per phase
+dpo        self-generated preference pairs, implicit-reward accuracy, TRL loss parity
 plotting   figures; every function returns ``(fig, ax)``
 checks     ``compare`` from-scratch code with the library; ``show_source``
 results    per-notebook metrics -> ``build/RESULTS.md``

@@ -62,8 +62,8 @@ NOTEBOOKS = [
     NotebookInfo("05", "ppo", "PPO: proximal policy optimisation", "PPO",
                  "policy, reference, reward model and critic; clipped ratio, GAE, KL penalty, reward hacking", 9),
     NotebookInfo("06", "dpo", "DPO: direct preference optimisation", "DPO",
-                 "the DPO loss from the KL-regularised objective; offline, no reward model, no sampling",
-                 None, built=False),
+                 "the DPO loss from the KL-regularised objective; offline vs self-generated pairs, IPO, SimPO, "
+                 "what goes wrong", 8),
     NotebookInfo("07", "grpo", "GRPO: group relative policy optimisation", "GRPO",
                  "group-relative advantages without a critic, verifiable rewards, GRPOTrainer", None, built=False),
     NotebookInfo("08", "r1_pipeline", "The R1 pipeline", "R1 pipeline",
@@ -163,6 +163,19 @@ GLOSSARY: dict[str, tuple[str, str]] = {
     "PPO": ("近端策略优化", "proximal policy optimisation: clipped ratio, critic, KL to reference"),
     "DPO": ("直接偏好优化", "direct preference optimisation: an offline loss on preference pairs, derived in closed "
             "form from the KL-regularised RL objective; no reward model, no sampling, no RL loop"),
+    "implicit reward": ("隐式奖励", "DPO's reward, never trained separately: r(x, y) = β · log(π(y|x) / π_ref(y|x)); "
+                        "the policy itself is the reward model"),
+    "partition function": ("配分函数（归一化常数）", "Z(x) = Σ_y π_ref(y|x) · exp(r(x, y)/β), the normaliser of the optimal "
+                           "policy; intractable, and it cancels in DPO's difference of two rewards"),
+    "Bradley-Terry model": ("Bradley-Terry 偏好模型", "P(y_w preferred to y_l) = σ(r(y_w) − r(y_l)): only reward "
+                            "differences matter; the reward model's (03) and DPO's loss"),
+    "preference accuracy": ("偏好准确率", "the share of held-out pairs whose reward ranks the chosen answer first "
+                            "(0.5 for a coin, and for DPO's implicit reward at the start)"),
+    "IPO / SimPO / ORPO": ("DPO 的变体", "IPO: a squared loss with a finite target margin; SimPO: no reference "
+                           "model, length-normalised log-probs and a margin; ORPO: SFT loss plus an odds-ratio term, "
+                           "no reference"),
+    "online / iterative DPO": ("在线/迭代 DPO", "DPO on pairs sampled from the current policy and labelled by a judge "
+                               "(here the verifier), repeated round by round"),
     "GRPO": ("组相对策略优化", "group relative policy optimisation: on-policy policy gradient without a critic; the "
              "advantage of an answer is its reward normalised within a group of answers to the same prompt, "
              "the same for every token of the answer"),
@@ -185,7 +198,8 @@ GLOSSARY: dict[str, tuple[str, str]] = {
     "closed-form problem": ("闭式解问题", "a problem solvable by an explicit formula, without iterative search (as "
                             "DPO's closed-form optimal policy); not the same as verifiable (see verifiable reward)"),
     "in-context learning (ICL)": ("上下文学习", "learning from examples in the prompt, without weight updates"),
-    "rejection sampling": ("拒绝采样", "sample many answers, keep only the good ones for further training"),
+    "rejection sampling": ("拒绝采样", "sample many answers, keep only the good ones for further training (06 keeps "
+                           "a bad one too, as the rejected side of a preference pair)"),
     "distillation": ("蒸馏", "a small student imitates a large teacher"),
     "teacher / student model": ("教师模型/学生模型", "the model imitated / the model that imitates"),
     "soft label / hard label": ("软标签/硬标签", "teacher's distribution / the ground-truth one-hot label"),

@@ -258,3 +258,33 @@ def pair_accuracy(reward_model, tokenizer, rows: list[dict]) -> dict:
     chosen = score_completions(reward_model, tokenizer, questions, [r["chosen"] for r in rows])
     rejected = score_completions(reward_model, tokenizer, questions, [r["rejected"] for r in rows])
     return {"accuracy": float((chosen > rejected).float().mean()), "chosen": chosen, "rejected": rejected}
+
+
+@torch.no_grad()
+def kl_to_reference(model, reference, tokenizer, n: int = 300, num_samples: int = 2, split: str = "test",
+                    max_new_tokens: int = 48, batch_size: int = 128) -> dict:
+    """KL(pi || pi_ref) per answer on held-out prompts, estimated from the model's own samples.
+
+    .. math:: \\mathrm{KL} = \\mathbb{E}_{y \\sim \\pi}\\Big[\\sum_t \\log\\pi(y_t \\mid \\cdot) - \\log\\pi_{ref}(y_t \\mid \\cdot)\\Big]
+
+    Samples ``num_samples`` answers per problem at temperature 1 and averages the
+    summed log-ratio (the k1 estimator: unbiased, noisy per sample, so the standard
+    error is reported too). This is the quantity the KL-regularised objective keeps
+    small, measured on whole answers. Returns ``{"kl", "stderr", "n_samples"}``.
+    """
+    problems = heldout_problems(split, n)
+    prompts = [chat_prompt(tokenizer, p["question"]) for p in problems]
+    out = sample_completions(model, tokenizer, prompts, num_samples=num_samples, temperature=1.0,
+                             max_new_tokens=max_new_tokens, batch_size=batch_size, return_logps=True)
+    mask = out.full_completion_mask
+    ref_logps, device = [], next(reference.parameters()).device
+    with eval_mode(reference):
+        for start in range(0, len(out.texts), batch_size):
+            rows = slice(start, start + batch_size)
+            logps = completion_logps(reference, out.input_ids[rows].to(device), out.attention_mask[rows].to(device),
+                                     mask[rows].to(device))
+            ref_logps.append(logps[:, -out.completion_ids.size(1):].float().cpu())
+    ref_logps = torch.cat(ref_logps)
+    per_answer = ((out.logps - ref_logps) * out.completion_mask).sum(1).double()
+    return {"kl": per_answer.mean().item(), "stderr": (per_answer.std() / math.sqrt(len(per_answer))).item(),
+            "n_samples": len(per_answer)}

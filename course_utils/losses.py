@@ -234,3 +234,55 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """Per-position entropy of ``softmax(logits)``: ``(B, T, V) → (B, T)``, in nats."""
     logp = torch.log_softmax(logits.float(), dim=-1)
     return -(logp.exp() * logp).sum(-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Direct preference optimisation and its family (notebook 06). Inputs are sequence
+# log-probabilities, shape (B,): the sum over a completion's tokens of log pi(token).
+# ---------------------------------------------------------------------------------------------
+
+def dpo_loss(policy_chosen_logps: torch.Tensor, policy_rejected_logps: torch.Tensor,
+             ref_chosen_logps: torch.Tensor, ref_rejected_logps: torch.Tensor,
+             beta: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sigmoid DPO loss per pair, and the implicit rewards of both answers.
+
+    .. math:: r(y) = \\beta \\log \\frac{\\pi_\\theta(y \\mid x)}{\\pi_{ref}(y \\mid x)}, \\qquad
+              \\ell = -\\log \\sigma\\big(r(y_w) - r(y_l)\\big)
+
+    Returns ``(losses, chosen_rewards, rejected_rewards)``, each ``(B,)``; the rewards
+    are detached (they are for logging and preference accuracy, as in TRL). Average
+    ``losses`` for the batch loss.
+    """
+    chosen_rewards = beta * (policy_chosen_logps - ref_chosen_logps)
+    rejected_rewards = beta * (policy_rejected_logps - ref_rejected_logps)
+    losses = -F.logsigmoid(chosen_rewards - rejected_rewards)
+    return losses, chosen_rewards.detach(), rejected_rewards.detach()
+
+
+def ipo_loss(chosen_logratios: torch.Tensor, rejected_logratios: torch.Tensor, beta: float) -> torch.Tensor:
+    """IPO loss per pair: a squared loss that aims the log-ratio margin at ``1 / (2 beta)``.
+
+    .. math:: \\ell = \\Big(h - \\frac{1}{2\\beta}\\Big)^2, \\quad
+              h = \\log\\frac{\\pi_\\theta(y_w)}{\\pi_{ref}(y_w)} - \\log\\frac{\\pi_\\theta(y_l)}{\\pi_{ref}(y_l)}
+
+    DPO's sigmoid keeps pushing the margin towards infinity on separable pairs; IPO's
+    square stops at a finite target. TRL (and this function's callers) pass log-ratios
+    averaged over each completion's tokens.
+    """
+    return (chosen_logratios - rejected_logratios - 1 / (2 * beta)) ** 2
+
+
+def simpo_loss(policy_chosen_avg_logps: torch.Tensor, policy_rejected_avg_logps: torch.Tensor,
+               beta: float, gamma: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """SimPO loss per pair: reference-free, length-normalised, with a target margin ``gamma``.
+
+    .. math:: r(y) = \\frac{\\beta}{|y|} \\log \\pi_\\theta(y \\mid x), \\qquad
+              \\ell = -\\log \\sigma\\big(r(y_w) - r(y_l) - \\gamma\\big)
+
+    Inputs are log-probabilities averaged over each completion's tokens. Returns
+    ``(losses, chosen_rewards, rejected_rewards)`` like :func:`dpo_loss`.
+    """
+    chosen_rewards = beta * policy_chosen_avg_logps
+    rejected_rewards = beta * policy_rejected_avg_logps
+    losses = -F.logsigmoid(chosen_rewards - rejected_rewards - gamma)
+    return losses, chosen_rewards.detach(), rejected_rewards.detach()

@@ -136,6 +136,39 @@ class PPORecipe:
                            "minibatch_size": 8}
 
 
+@dataclass(frozen=True)
+class DPORecipe:
+    """Direct preference optimisation with TRL's DPOTrainer, on self-generated pairs by default (notebook 06)."""
+
+    steps: int = 150
+    """optimizer steps"""
+    batch_size: int = 16
+    """preference pairs per step"""
+    learning_rate: float = 2e-5
+    """learning rate after a warm-up of 5% of the steps (the notebook's lr run shows 10x too much)"""
+    schedule: str = "constant"
+    """after the warm-up: cosine decay to 0 ("cosine") or a constant learning rate ("constant")"""
+    beta: float = 1.0
+    """KL strength: the implicit reward is beta * log(pi / pi_ref); TRL's default 0.1 collapsed accuracy here"""
+    loss_type: str = "sigmoid"
+    """TRL DPOTrainer loss: "sigmoid" (DPO) or "ipo" (here beta is IPO's tau: the target margin is 1 / (2 beta))"""
+    simpo_gamma: float = 0.5
+    """SimPO only: the target reward margin gamma"""
+    max_length: int = 256
+    """longest chat in tokens"""
+    pair_prompts: int = 1500
+    """training problems sampled for self-generated pairs"""
+    samples_per_prompt: int = 4
+    """answers sampled per problem; a problem with a right and a wrong one gives a pair"""
+    pair_temperature: float = 0.7
+    """sampling temperature of those answers (below 1: mistakes closer to the greedy answer's)"""
+    max_new_tokens: int = 48
+    """longest sampled answer in tokens"""
+
+    GPU: ClassVar[dict] = {"learning_rate": 5e-7, "beta": 0.1, "batch_size": 8, "max_length": 1024,
+                           "max_new_tokens": 256}
+
+
 # The cold start (DeepSeek-R1's term): SFT on few demonstrations, so that RL has headroom.
 # A fixed number of demonstrations gives very different models on different seeds
 # (measured: 50 demonstrations, 300 steps gave 47% greedy for seed 1234 and 0.7% for seed 7,
@@ -152,6 +185,7 @@ DEFAULTS = {
     "sft_cold": SFTRecipe(steps=COLD_START_MAX_STEPS, stop_at_accuracy=COLD_START_TARGET, schedule="constant"),
     "reward": RewardRecipe(),
     "ppo": PPORecipe(),
+    "dpo": DPORecipe(),
 }
 
 

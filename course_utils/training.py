@@ -19,7 +19,7 @@ from .compat import install_trl_cpu_fallback
 from .data import load_jsonl, preference_rows, sft_rows
 from .evaluation import evaluate_arithmetic
 from .profile import Profile
-from .recipes import PretrainRecipe, RewardRecipe, SFTRecipe
+from .recipes import DPORecipe, PretrainRecipe, RewardRecipe, SFTRecipe
 
 
 def _schedule(recipe, logging_steps: int) -> dict:
@@ -103,6 +103,51 @@ def reward_trainer(model, tokenizer, profile: Profile, recipe: RewardRecipe, out
         output_dir=str(output_dir),
         **profile.trainer_kwargs(**_schedule(recipe, logging_steps), max_length=recipe.max_length))
     return RewardTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
+
+
+def dpo_trainer(model, ref_model, tokenizer, profile: Profile, recipe: DPORecipe, output_dir: str | Path,
+                train_rows: list[dict], logging_steps: int = 10):
+    """TRL ``DPOTrainer`` on ``(prompt, chosen, rejected)`` chats, with ``recipe.loss_type`` and ``recipe.beta``.
+
+    ``ref_model`` is a frozen copy of the starting policy. The reference log-probs
+    are computed on the fly at every step, so both models stay in memory. (With
+    ``ref_model=None`` and ``DPOConfig(precompute_ref_log_probs=True)``, TRL scores
+    the untrained policy once up front and keeps no second model.)
+    """
+    from datasets import Dataset
+    from trl import DPOConfig, DPOTrainer
+    install_trl_cpu_fallback()
+    if recipe.loss_type == "simpo":
+        raise ValueError("SimPO has no reference model: build it with simpo_trainer")
+    args = DPOConfig(
+        output_dir=str(output_dir),
+        **profile.trainer_kwargs(**_schedule(recipe, logging_steps), beta=recipe.beta, loss_type=[recipe.loss_type],
+                                 max_length=recipe.max_length))
+    return DPOTrainer(model=model, ref_model=ref_model, args=args, train_dataset=Dataset.from_list(train_rows),
+                      processing_class=tokenizer)
+
+
+def simpo_trainer(model, tokenizer, profile: Profile, recipe: DPORecipe, output_dir: str | Path,
+                  train_rows: list[dict], logging_steps: int = 10):
+    """SimPO with TRL's ``CPOTrainer`` (``trl.experimental.cpo``): ``loss_type="simpo"``, ``cpo_alpha=0``.
+
+    CPO adds a negative log-likelihood term on the chosen answers (``cpo_alpha``);
+    SimPO is CPO's loss with length-normalised log-probs, a target margin
+    ``simpo_gamma`` and no such term. No reference model: one model in memory.
+    """
+    import warnings
+
+    from datasets import Dataset
+    install_trl_cpu_fallback()
+    with warnings.catch_warnings():   # "experimental API" notice
+        warnings.simplefilter("ignore")
+        from trl.experimental.cpo import CPOConfig, CPOTrainer
+    args = CPOConfig(
+        output_dir=str(output_dir),
+        **profile.trainer_kwargs(**_schedule(recipe, logging_steps), beta=recipe.beta, loss_type="simpo",
+                                 simpo_gamma=recipe.simpo_gamma, cpo_alpha=0.0, max_length=recipe.max_length,
+                                 remove_unused_columns=False))   # its collator needs the tokenized columns
+    return CPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(train_rows), processing_class=tokenizer)
 
 
 class AccuracyCallback(TrainerCallback):

@@ -1,6 +1,7 @@
 import math
 
 import pytest
+import torch
 
 from course_utils import data, evaluation, modeling
 
@@ -75,3 +76,14 @@ def test_losses_of_untrained_model_near_uniform(tiny):
     assert abs(loss - math.log(len(tok))) < 0.5
     train = [r["text"] for r in data.load_jsonl("corpus", "train", n=500)]
     assert evaluation.unigram_baseline_loss(tok, train, texts) < loss
+
+
+def test_kl_to_reference_is_zero_for_the_model_itself_and_positive_for_another(tiny):
+    model, tok = tiny
+    torch.manual_seed(0)
+    same = evaluation.kl_to_reference(model, model, tok, n=200, num_samples=1, max_new_tokens=8)
+    assert same["n_samples"] == 200 and abs(same["kl"]) < 1e-4
+    other = modeling.build_model(tok, seed=5)
+    torch.manual_seed(0)
+    far = evaluation.kl_to_reference(model, other, tok, n=200, num_samples=1, max_new_tokens=8)
+    assert far["kl"] > 3 * far["stderr"] > 0   # two random models: clearly apart
