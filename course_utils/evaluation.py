@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from .data import load_jsonl, to_messages
-from .generation import eval_mode, generate, sample_completions
-from .losses import completion_logps, sft_loss
+from .generation import eval_mode, generate, logps_under, sample_completions
+from .losses import completion_logps, kl_estimate, sft_loss
 from .rewards import extract_answer, extract_think, is_correct, is_well_formatted, parse_int
 
 MIN_EVAL_SIZE = 200
@@ -276,15 +276,7 @@ def kl_to_reference(model, reference, tokenizer, n: int = 300, num_samples: int 
     prompts = [chat_prompt(tokenizer, p["question"]) for p in problems]
     out = sample_completions(model, tokenizer, prompts, num_samples=num_samples, temperature=1.0,
                              max_new_tokens=max_new_tokens, batch_size=batch_size, return_logps=True)
-    mask = out.full_completion_mask
-    ref_logps, device = [], next(reference.parameters()).device
-    with eval_mode(reference):
-        for start in range(0, len(out.texts), batch_size):
-            rows = slice(start, start + batch_size)
-            logps = completion_logps(reference, out.input_ids[rows].to(device), out.attention_mask[rows].to(device),
-                                     mask[rows].to(device))
-            ref_logps.append(logps[:, -out.completion_ids.size(1):].float().cpu())
-    ref_logps = torch.cat(ref_logps)
-    per_answer = ((out.logps - ref_logps) * out.completion_mask).sum(1).double()
+    ref_logps = logps_under(reference, out, batch_size=batch_size).float().cpu()
+    per_answer = (kl_estimate(out.logps, ref_logps, "k1") * out.completion_mask).sum(1).double()
     return {"kl": per_answer.mean().item(), "stderr": (per_answer.std() / math.sqrt(len(per_answer))).item(),
             "n_samples": len(per_answer)}

@@ -7,6 +7,7 @@
   ids, a completion mask that stops after the first EOS and, when asked, per-token
   log-probabilities. PPO rollouts, rejection sampling, best-of-N and sequence-level
   distillation all start here.
+* :func:`logps_under` — the same completions scored by another model (a reference).
 """
 from __future__ import annotations
 
@@ -114,6 +115,29 @@ class Completions:
     def lengths(self) -> torch.Tensor:
         """``(N,)`` completion lengths in tokens, EOS included."""
         return self.completion_mask.sum(1)
+
+
+@torch.no_grad()
+def logps_under(model, completions: "Completions", temperature: float = 1.0,
+                batch_size: int | None = None) -> torch.Tensor:
+    """``(N, C)`` log-probs of ``completions``' tokens under ``model`` (0 after each EOS).
+
+    The same positions as ``completions.logps`` (which hold the sampling model's own),
+    so a log-ratio to a reference is ``completions.logps - logps_under(reference, completions)``.
+    ``batch_size`` rows per forward pass (default: all at once).
+    """
+    device = next(model.parameters()).device
+    n = len(completions.texts)
+    batch_size = batch_size or n
+    parts = []
+    with eval_mode(model):
+        for start in range(0, n, batch_size):
+            rows = slice(start, start + batch_size)
+            logps = completion_logps(model, completions.input_ids[rows].to(device),
+                                     completions.attention_mask[rows].to(device),
+                                     completions.full_completion_mask[rows].to(device), temperature)
+            parts.append(logps[:, completions.prompt_ids.size(1):])
+    return torch.cat(parts)
 
 
 def completion_mask_after_eos(completion_ids: torch.Tensor, eos_ids: list[int]) -> torch.Tensor:

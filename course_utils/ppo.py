@@ -35,8 +35,8 @@ from torch import nn
 from tqdm.auto import trange
 
 from .evaluation import chat_prompt, score_completions
-from .generation import Completions, eos_token_ids, sample_completions
-from .losses import (completion_logps, entropy_from_logits, gae, kl_estimate, masked_mean, masked_whiten,
+from .generation import Completions, eos_token_ids, logps_under, sample_completions
+from .losses import (entropy_from_logits, gae, kl_estimate, masked_mean, masked_whiten,
                      ppo_policy_loss, ppo_value_loss, selective_log_softmax)
 from .recipes import PPORecipe
 from .rewards import accuracy_reward
@@ -90,28 +90,24 @@ class Rollouts:
 def load_models(profile, start: str = "sft_cold"):
     """Fresh ``(policy, reference, value_model, tokenizer)`` for a PPO run, each loaded from disk.
 
-    The policy and the frozen reference are two copies of stage ``start``; the value
-    model is the same backbone under a new one-output ``score`` head (TRL initialised it
-    from the reward model instead; here the verifier run has none). Loading from disk,
-    not ``copy.deepcopy``, gives independent modules every time. All three are cast to
-    float32 (a no-op on the CPU): a stage saved in bfloat16 on the GPU would otherwise be
-    trained in pure bfloat16, where Adam's small steps round to nothing, and the reference
-    would compute its log-probs at another precision than the policy.
+    The policy and the frozen reference are two copies of stage ``start``
+    (:func:`stages.load_policy_and_reference`); the value model is the same backbone under
+    a new one-output ``score`` head (TRL initialised it from the reward model instead; here
+    the verifier run has none). All three are float32, for the reason given there.
     """
     from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
-    from .stages import load_stage
+    from .stages import load_policy_and_reference, load_stage
 
-    policy, tokenizer = load_stage(start, profile)
-    reference, _ = load_stage(start, profile)
+    policy, reference, tokenizer = load_policy_and_reference(profile, start)
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()   # the new score head is "missing" from the checkpoint, as intended
     try:
         value_model, _ = load_stage(start, profile, model_class=AutoModelForSequenceClassification, num_labels=1)
     finally:
         hf_logging.set_verbosity(verbosity)
-    return policy.float(), reference.float().eval().requires_grad_(False), value_model.float(), tokenizer
+    return policy, reference, value_model.float(), tokenizer
 
 
 def rollout(policy, tokenizer, problems: list[dict], recipe: PPORecipe) -> Completions:
@@ -148,10 +144,7 @@ def policy_value_forward(model: PolicyAndValue, completions: Completions, temper
 @torch.no_grad()
 def reference_logps(ref_policy, completions: Completions, temperature: float = 1.0) -> torch.Tensor:
     """Step 2: ``(B, C)`` log-probs of the completion tokens under the frozen reference policy."""
-    device = next(ref_policy.parameters()).device
-    logps = completion_logps(ref_policy, completions.input_ids.to(device), completions.attention_mask.to(device),
-                             completions.full_completion_mask.to(device), temperature)
-    return logps[:, completions.prompt_ids.size(1):]
+    return logps_under(ref_policy, completions, temperature)
 
 
 def verifier_scores(texts: list[str], problems: list[dict]) -> torch.Tensor:

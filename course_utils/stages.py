@@ -146,6 +146,20 @@ def load_stage(name: str, profile: Profile | None = None, build_if_missing: bool
     return model.to(profile.device), tokenizer
 
 
+def load_policy_and_reference(profile: Profile, start: str = "sft_cold"):
+    """``(policy, reference, tokenizer)``: a trainable copy of stage ``start`` and a frozen one.
+
+    Both are loaded from disk (independent modules, unlike a shallow copy) and cast to
+    float32, a no-op on the CPU: a stage saved in bfloat16 on the GPU would otherwise
+    be trained in pure bfloat16, where Adam's small steps round to nothing, and the
+    reference would compute its log-probs at another precision than the policy. The
+    reference is in eval mode with gradients off. PPO (05) and DPO (06) start here.
+    """
+    policy, tokenizer = load_stage(start, profile)
+    reference, _ = load_stage(start, profile)
+    return policy.float(), reference.float().eval().requires_grad_(False), tokenizer
+
+
 def build_stage(name: str, profile: Profile, recipe=None) -> Path:
     """Train stage ``name`` from its parent with ``recipe`` (default: its notebook's) and save it.
 

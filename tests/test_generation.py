@@ -56,3 +56,15 @@ def test_temperature_zero_is_greedy(tiny):
     model, tok = tiny
     a = generation.sample_completions(model, tok, ["Anna likes"], num_samples=2, temperature=0, max_new_tokens=5)
     assert a.texts[0] == a.texts[1] == generation.generate(model, tok, ["Anna likes"], max_new_tokens=5)[0]
+
+
+def test_logps_under_rescores_the_sampled_tokens(tiny):
+    """Scored by the model that sampled them (same temperature) they equal the stored logps, in any batching."""
+    model, tok = tiny
+    torch.manual_seed(0)
+    out = generation.sample_completions(model, tok, ["a", "bb", "ccc"], num_samples=2, temperature=0.8,
+                                        max_new_tokens=6, return_logps=True)
+    whole = generation.logps_under(model, out, temperature=0.8)
+    torch.testing.assert_close(whole, out.logps)
+    torch.testing.assert_close(generation.logps_under(model, out, temperature=0.8, batch_size=4), whole)
+    assert torch.all(whole[out.completion_mask == 0] == 0)
