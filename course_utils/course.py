@@ -65,7 +65,8 @@ NOTEBOOKS = [
                  "the DPO loss from the KL-regularised objective; offline vs self-generated pairs, IPO, SimPO, "
                  "what goes wrong", 8),
     NotebookInfo("07", "grpo", "GRPO: group relative policy optimisation", "GRPO",
-                 "group-relative advantages without a critic, verifiable rewards, GRPOTrainer", None, built=False),
+                 "group-relative advantages without a critic, verifiable rewards, GRPOTrainer + LoRA; Dr. GRPO, DAPO, "
+                 "GSPO; reward hacking and troubleshooting", 10),
     NotebookInfo("08", "r1_pipeline", "The R1 pipeline", "R1 pipeline",
                  "R1-Zero vs R1: cold-start SFT, reasoning RL, rejection sampling", None, built=False),
     NotebookInfo("09", "distillation", "Distillation", "Distillation",
@@ -179,6 +180,24 @@ GLOSSARY: dict[str, tuple[str, str]] = {
     "GRPO": ("组相对策略优化", "group relative policy optimisation: on-policy policy gradient without a critic; the "
              "advantage of an answer is its reward normalised within a group of answers to the same prompt, "
              "the same for every token of the answer"),
+    "group relative advantage": ("组相对优势", "(r − mean of the group) / (std of the group + ε): the baseline of an "
+                                 "answer is the mean reward of the group of answers to the same prompt (its own "
+                                 "included)"),
+    "zero-std group": ("零方差组（组内奖励全相同）", "a group whose answers all got the same reward: every advantage "
+                       "is 0 and it contributes no gradient (TRL logs the share as frac_reward_zero_std)"),
+    "length bias / difficulty bias": ("长度偏差/难度偏差", "Dr. GRPO's two critiques of GRPO: per-answer averaging "
+                                      "favours long wrong answers; dividing by the group std over-weights prompts "
+                                      "that are nearly always right or wrong"),
+    "Dr. GRPO / DAPO / GSPO": ("GRPO 的改进算法", "Dr. GRPO: constant normaliser, no std; DAPO: clip-higher, dynamic "
+                               "sampling, overlong penalty, token-level averaging; GSPO: one importance ratio per "
+                               "sequence"),
+    "clip-higher / dynamic sampling / overlong penalty": ("高裁剪上限/动态采样/超长惩罚", "DAPO's changes: "
+                                                          "ε_high > ε_low; drop all-equal groups and refill the batch; "
+                                                          "a soft penalty near the length limit"),
+    "CISPO / SAPO": ("CISPO / SAPO（其他策略损失）", "CISPO clips the importance weight and stops its gradient instead "
+                     "of clipping the objective; SAPO replaces the hard clip by a smooth sigmoid gate"),
+    "monitor-only reward": ("仅监控的奖励", "a reward function with weight 0: computed and logged, never optimised — "
+                            "a trusted metric to watch while optimising a proxy"),
     "policy gradient": ("策略梯度", "raise the log-probability of each action in proportion to its advantage: "
                         "∇E[R] = E[A · ∇log π(a|s)]"),
     "KL penalty": ("KL惩罚（KL散度惩罚项）", "β · KL(π ‖ π_ref), subtracted from the reward (PPO) or added to the loss "

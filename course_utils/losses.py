@@ -286,3 +286,92 @@ def simpo_loss(policy_chosen_avg_logps: torch.Tensor, policy_rejected_avg_logps:
     rejected_rewards = beta * policy_rejected_avg_logps
     losses = -F.logsigmoid(chosen_rewards - rejected_rewards - gamma)
     return losses, chosen_rewards.detach(), rejected_rewards.detach()
+
+
+# ---------------------------------------------------------------------------------------------
+# GRPO (notebook 07). Shapes: (B, T) over completion tokens, B = prompts × num_generations with
+# each prompt's completions consecutive; ``mask`` is 1 up to and including EOS.
+# ---------------------------------------------------------------------------------------------
+
+GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+REWARD_SCALES = ("group", "batch", "none")
+
+
+def grpo_advantages(rewards: torch.Tensor, num_generations: int, scale: str = "group") -> torch.Tensor:
+    """Group-relative advantages: ``(r − group mean) / (std + 1e-4)``, one per completion.
+
+    .. math:: A_i = \\frac{r_i - \\operatorname{mean}(r_{g(i)})}{\\operatorname{std}(r_{g(i)}) + 10^{-4}}
+
+    ``rewards`` is ``(B,)`` with each prompt's ``num_generations`` completions consecutive.
+    ``scale`` is TRL's ``scale_rewards``: ``"group"`` divides by each group's std
+    (GRPO), ``"batch"`` by the std of the whole batch, ``"none"`` only subtracts the
+    group mean (Dr. GRPO: dividing by a small std up-weights easy and hopeless prompts).
+    std is the unbiased one (``n − 1``), as TRL's ``nanstd``. A group whose rewards
+    are all equal gets advantage 0: it teaches nothing.
+    """
+    if rewards.dim() != 1 or rewards.numel() % num_generations:
+        raise ValueError(f"rewards must be 1-D with whole groups of {num_generations}, got {tuple(rewards.shape)}")
+    if scale not in REWARD_SCALES:
+        raise ValueError(f"scale must be one of {REWARD_SCALES}, got {scale!r}")
+    grouped = rewards.view(-1, num_generations)
+    advantages = rewards - grouped.mean(1).repeat_interleave(num_generations)
+    if scale == "none":
+        return advantages
+    std = grouped.std(1).repeat_interleave(num_generations) if scale == "group" else rewards.std().expand_as(rewards)
+    return advantages / (std + 1e-4)
+
+
+def grpo_loss(logps: torch.Tensor, old_logps: torch.Tensor | None, ref_logps: torch.Tensor | None,
+              advantages: torch.Tensor, mask: torch.Tensor, beta: float = 0.0, epsilon_low: float = 0.2,
+              epsilon_high: float = 0.2, loss_type: str = "grpo", importance_sampling_level: str = "token",
+              max_completion_length: int | None = None, use_bias_correction_kl: bool = True) -> torch.Tensor:
+    """The GRPO loss, as TRL 1.15 computes it on one process without gradient accumulation.
+
+    .. math::
+        \\rho_{i,t} = \\frac{\\pi_\\theta(o_{i,t})}{\\pi_{old}(o_{i,t})},\\quad
+        \\ell_{i,t} = -\\min\\big(\\rho_{i,t} A_i,\\ \\operatorname{clip}(\\rho_{i,t}, 1-\\epsilon_{low}, 1+\\epsilon_{high}) A_i\\big)
+        + \\beta\\, \\mathrm{k3}_{i,t}
+
+    with ``k3 = π_ref/π − log(π_ref/π) − 1`` per token. With ``use_bias_correction_kl``
+    (TRL 1.15's default, from DeepSeek-V3.2) the k3 term is multiplied by the ratio ρ:
+    the tokens were sampled from π_old, and the weight makes the gradient of the KL term
+    the unbiased gradient of KL(π_θ ‖ π_ref). Its value is unchanged at ρ = 1, its
+    gradient is not (ρ is differentiable). ``old_logps=None`` means
+    π_old = π_θ (one update per generation batch): ``logps.detach()``, so ρ = 1 and
+    the loss is ``−mean A`` ≈ 0, while its gradient is ``−A ∇log π``.
+    ``importance_sampling_level="sequence"`` (GSPO) uses one ratio per completion, the
+    exp of the mean per-token log-ratio. The per-token losses ``ℓ`` are reduced by
+    ``loss_type``:
+
+    * ``"grpo"``: mean over each completion's tokens, then over completions (a token
+      of a short answer weighs more than one of a long answer: the length bias);
+    * ``"bnpo"``: mean over all tokens of the batch;
+    * ``"dr_grpo"``: sum over the batch / (B · ``max_completion_length``), a constant;
+    * ``"dapo"``: sum / number of completion tokens in the generation batch (on one
+      process without accumulation the same as ``"bnpo"``); TRL 1.15's default.
+    """
+    if loss_type not in GRPO_LOSS_TYPES:
+        raise ValueError(f"loss_type must be one of {GRPO_LOSS_TYPES}, got {loss_type!r}")
+    if importance_sampling_level not in ("token", "sequence"):
+        raise ValueError(f"importance_sampling_level must be 'token' or 'sequence', got {importance_sampling_level!r}")
+    if beta != 0.0 and ref_logps is None:
+        raise ValueError("beta > 0 needs ref_logps (the reference model's per-token log-probs)")
+    if loss_type == "dr_grpo" and max_completion_length is None:
+        raise ValueError("loss_type='dr_grpo' divides by max_completion_length: pass it")
+    mask = mask.to(logps.dtype)
+    old_logps = logps.detach() if old_logps is None else old_logps
+    log_ratio = logps - old_logps
+    if importance_sampling_level == "sequence":
+        log_ratio = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)     # (B, 1)
+    ratio = torch.exp(log_ratio)
+    adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
+    per_token = -torch.min(ratio * adv, torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high) * adv)
+    if beta != 0.0:
+        kl = kl_estimate(logps, ref_logps, "k3")
+        per_token = per_token + beta * (kl * ratio if use_bias_correction_kl else kl)
+    per_token = per_token * mask                                                               # (B, T)
+    if loss_type == "grpo":
+        return (per_token.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    if loss_type == "dr_grpo":
+        return per_token.sum() / (per_token.size(0) * max_completion_length)
+    return per_token.sum() / mask.sum().clamp(min=1.0)                                       # bnpo, dapo

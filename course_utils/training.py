@@ -19,7 +19,7 @@ from .compat import install_trl_cpu_fallback
 from .data import load_jsonl, preference_rows, sft_rows
 from .evaluation import evaluate_arithmetic
 from .profile import Profile
-from .recipes import DPORecipe, PretrainRecipe, RewardRecipe, SFTRecipe
+from .recipes import DPORecipe, GRPORecipe, PretrainRecipe, RewardRecipe, SFTRecipe
 
 
 def _schedule(recipe, logging_steps: int) -> dict:
@@ -148,6 +148,43 @@ def simpo_trainer(model, tokenizer, profile: Profile, recipe: DPORecipe, output_
                                  simpo_gamma=recipe.simpo_gamma, cpo_alpha=0.0, max_length=recipe.max_length,
                                  remove_unused_columns=False))   # its collator needs the tokenized columns
     return CPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(train_rows), processing_class=tokenizer)
+
+
+def grpo_trainer(model, tokenizer, profile: Profile, recipe: GRPORecipe, output_dir: str | Path, train_rows: list[dict],
+                 reward_funcs: list, logging_steps: int = 5, reward_processing_classes: list | None = None,
+                 **config_overrides):
+    """TRL ``GRPOTrainer`` with a PEFT LoRA adapter (``recipe.lora_r`` > 0) on ``{"prompt", "answer"}`` rows.
+
+    ``remove_unused_columns=False`` is what lets TRL hand the ``answer`` column to the
+    reward functions (with the default ``True`` it is dropped before they see it).
+    With LoRA and ``beta > 0`` the reference model is the same network with the adapter
+    disabled: no second copy in memory. ``per_device_train_batch_size`` counts
+    *completions*, so it is ``prompts_per_step * num_generations``. A reward function may
+    be a reward model (``AutoModelForSequenceClassification``); pass its tokenizer in
+    ``reward_processing_classes`` (one entry per reward function, None for plain functions).
+    ``config_overrides`` go to ``GRPOConfig`` (e.g. ``reward_weights=[1.0, 0.0]``).
+    """
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+    install_trl_cpu_fallback()
+    peft_config = None
+    if recipe.lora_r:
+        from peft import LoraConfig
+        peft_config = LoraConfig(r=recipe.lora_r, lora_alpha=recipe.lora_alpha, target_modules="all-linear",
+                                 task_type="CAUSAL_LM")
+    kwargs = dict(
+        max_steps=recipe.steps, per_device_train_batch_size=recipe.prompts_per_step * recipe.num_generations,
+        num_generations=recipe.num_generations, learning_rate=recipe.learning_rate, beta=recipe.beta,
+        loss_type=recipe.loss_type, scale_rewards=recipe.scale_rewards, epsilon=recipe.epsilon,
+        epsilon_high=recipe.epsilon_high, importance_sampling_level=recipe.importance_sampling_level,
+        num_iterations=recipe.num_iterations, temperature=recipe.temperature,
+        max_completion_length=recipe.max_completion_length, logging_steps=logging_steps,
+        remove_unused_columns=False)
+    kwargs.update(config_overrides)
+    args = GRPOConfig(output_dir=str(output_dir), **profile.trainer_kwargs(**kwargs))
+    return GRPOTrainer(model=model, reward_funcs=list(reward_funcs), args=args,
+                       train_dataset=Dataset.from_list(train_rows), processing_class=tokenizer,
+                       reward_processing_classes=reward_processing_classes, peft_config=peft_config)
 
 
 class AccuracyCallback(TrainerCallback):

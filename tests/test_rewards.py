@@ -87,5 +87,159 @@ def test_accuracy_reward_without_answers_is_a_clear_error():
     import pytest
     with pytest.raises(ValueError, match="remove_unused_columns=False"):
         rewards.accuracy_reward(GOOD)
-    with pytest.raises(ValueError, match="answers"):
+    with pytest.raises(ValueError, match="3 completions but 1 values"):
         rewards.accuracy_reward(GOOD, answer=["68"])
+
+
+# --------------------------------------------------------------------------- the GRPO reward library (notebook 07)
+import math  # noqa: E402
+from fractions import Fraction  # noqa: E402
+
+import pytest  # noqa: E402
+
+ALL_REWARDS = [rewards.format_reward, rewards.tag_count_reward, rewards.accuracy_reward,
+               rewards.tiered_answer_reward, rewards.language_consistency_reward]
+
+
+def _call_all(completions, answer="68", prompt="What is 23 plus 45?"):
+    n = len(completions)
+    return {fn.__name__: fn(completions, answer=[answer] * n, prompts=[prompt] * n) for fn in ALL_REWARDS}
+
+
+@pytest.mark.parametrize("text, value", [
+    ("68", 68), ("+68", 68), ("-7", -7), ("\u22127", -7), ("068", 68), ("68.0", 68), ("0.5", Fraction(1, 2)),
+    (".5", Fraction(1, 2)), ("1/2", Fraction(1, 2)), ("\\frac{3}{4}", Fraction(3, 4)), ("\\dfrac{3}{4}", Fraction(3, 4)),
+    ("\\boxed{42}", 42), ("$42$", 42), ("\\boxed{\\frac{1}{3}}", Fraction(1, 3)), ("1,024", 1024),
+    ("1,234,567", 1234567), ("1{,}024", 1024), ("1e3", 1000), ("2.5E-1", Fraction(1, 4)),
+    ("\uff16\uff18", 68), ("\u0666\u0668", 68), ("\u0968\u096a", 24), (12, 12),
+])
+def test_parse_number_reads_the_usual_notations(text, value):
+    assert rewards.parse_number(text) == value
+
+
+@pytest.mark.parametrize("text", [None, "", "x", "nan", "NaN", "inf", "-inf", "1e999", "1e101", "9" * 40, "1,2",
+                                  "1/0", "1/2/3", "6 8", "sixty-eight", "68!", "--5", "1..2", True, [], "\\boxed{}"])
+def test_parse_number_rejects_everything_else(text):
+    assert rewards.parse_number(text) is None
+
+
+def test_accuracy_is_mathematical_equality():
+    completions = ["<answer>0.5</answer>", "<answer>1/2</answer>", "<answer>\\frac{1}{2}</answer>",
+                   "<answer>\\boxed{0.50}</answer>", "<answer>0.51</answer>", "<answer>2/4</answer>"]
+    assert rewards.accuracy_reward(completions, answer=["1/2"] * 6) == [1, 1, 1, 1, 0, 1]
+    assert rewards.accuracy_reward(["<answer>\u0666\u0668</answer>", "<answer>\uff16\uff18</answer>"],
+                                   answer=["68", 68]) == [1, 1]
+    assert rewards.accuracy_reward(["<answer>yes</answer>", "<answer>no</answer>"], answer=["yes", "yes"]) == [1, 0]
+
+
+def test_tiers_follow_the_seed_and_zero_is_safe():
+    c = ["<answer>68</answer>", "<answer> 68 </answer>", "<answer>68.0</answer>", "<answer>72</answer>",
+         "<answer>80</answer>", "<answer>100</answer>", "<answer>abc</answer>", "68", None, "<answer></answer>"]
+    tiers = [rewards.answer_tier(x, "68") for x in c]
+    assert tiers == ["exact", "equal", "equal", "within_10pct", "within_20pct", "wrong", "unparseable", "missing",
+                     "missing", "missing"]
+    assert rewards.tiered_answer_reward(c, answer=["68"] * len(c)) == [rewards.TIERS[t] for t in tiers]
+    assert [rewards.answer_tier(f"<answer>{x}</answer>", "0") for x in ("0", "0.0", "0.01", "1")] == \
+        ["exact", "equal", "wrong", "wrong"]
+
+
+def test_tag_count_reward_is_the_seed_approximate_format():
+    assert rewards.tag_count_reward(["<think>a</think><answer>1</answer>"]) == [2.0]
+    assert rewards.tag_count_reward(["<think>a</think><answer>1</answer>"], count_think_open=False) == [1.5]
+    assert rewards.tag_count_reward(["<think>a<answer>1</answer><answer>2</answer>"]) == [0.5 - 1 - 1 - 1]
+    assert rewards.tag_count_reward([""]) == [-4.0]
+
+
+def test_language_consistency_reward():
+    out = rewards.language_consistency_reward(
+        ["all english words", "mixed \u8fd9\u662f words", "\u5168\u662f\u4e2d\u6587", "12 + 3 = 15", ""],
+        prompts=["What is 12 plus 3?"] * 5)
+    assert out[0] == 1.0 and 0 < out[1] < 1 and out[2] == 0.0 and out[3] == 1.0 and out[4] == 1.0
+    assert rewards.language_consistency_reward(["\u4e2d\u6587 ok"], prompts=[[{"role": "user", "content": "\u95ee\u9898"}]]) \
+        == [2 / 4]
+    assert rewards.language_consistency_reward(["abc"], target_script="CJK") == [0.0]
+    # the format's tags are not the model's language
+    assert rewards.language_consistency_reward(["<think>\u4e09\u52a0\u4e94 so</think><answer>8</answer>"],
+                                               target_script="LATIN") == [2 / 5]
+    with pytest.raises(ValueError, match="prompts"):
+        rewards.language_consistency_reward(["abc"])
+
+
+@pytest.mark.parametrize("fn", [rewards.accuracy_reward, rewards.tiered_answer_reward])
+def test_missing_reference_column_is_a_clear_error(fn):
+    with pytest.raises(ValueError, match="remove_unused_columns=False"):
+        fn(["<answer>1</answer>"])
+
+
+def test_tags_are_configurable_for_the_capstone():
+    seed_style = "<start_working_out>2 + 2 = 4<end_working_out><SOLUTION>4</SOLUTION>"
+    fmt, acc = (rewards.with_tags(f, rewards.SEED_TAGS) for f in (rewards.format_reward, rewards.accuracy_reward))
+    assert fmt.__name__ == "format_reward" and acc.__name__ == "accuracy_reward"   # TRL logs rewards by name
+    assert fmt([seed_style]) == [1.0] and acc([seed_style], answer=["4"]) == [1.0]
+    assert rewards.format_reward([seed_style]) == [0.0]
+    assert rewards.tag_count_reward([seed_style], tags=rewards.SEED_TAGS, count_think_open=False) == [1.5]
+
+
+HOSTILE = st.one_of(
+    st.text(max_size=300), st.binary(max_size=100), st.none(), st.integers(), st.floats(),
+    st.lists(st.text(max_size=50), max_size=3),
+    st.lists(st.fixed_dictionaries({"role": st.just("assistant"), "content": st.text(max_size=200)}), max_size=2),
+    st.lists(st.sampled_from(["<think>", "</think>", "<answer>", "</answer>", "68", "nan", "inf", "1e999", "-",
+                              "1/0", "\\boxed{", "}", "9" * 30, "\u0666", "\uff18", " ", "x"]), max_size=30).map("".join),
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(HOSTILE, st.sampled_from(["68", "0", "-3", "1/2", "1,024", "abc"]))
+def test_every_reward_is_finite_and_fast_on_any_output(completion, answer):
+    start = time.perf_counter()
+    out = _call_all([completion], answer=answer)
+    assert time.perf_counter() - start < 0.5
+    for name, values in out.items():
+        assert len(values) == 1 and isinstance(values[0], float) and math.isfinite(values[0]), (name, values)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.integers(-10**12, 10**12).filter(lambda v: v != 0), st.text(alphabet="abc 0123456789+=,", max_size=40))
+def test_reward_ordering_correct_close_wrong_missing(value, think):
+    """For any reference and any think text: correct > close > wrong > missing."""
+    close = value + max(1, abs(value) // 20) * (1 if value > 0 else -1)        # within 10%, or 1 off for |v| < 20
+    wrong = value * 3 + (1000 if value > 0 else -1000)                     # off by more than 200%
+    texts = [f"<think>{think}</think><answer>{v}</answer>" for v in (value, close, wrong)] + [f"<think>{think}</think>"]
+    tiered = rewards.tiered_answer_reward(texts, answer=[str(value)] * 4)
+    acc = rewards.accuracy_reward(texts, answer=[str(value)] * 4)
+    assert tiered[0] > tiered[2] > tiered[3] and tiered[0] > tiered[1] >= tiered[2]
+    if abs(value) >= 20:
+        assert tiered[1] > tiered[2]
+    assert acc == [1.0, 0.0, 0.0, 0.0]
+
+
+def test_hostile_inputs_named_in_the_issue():
+    hostile = ["", None, "x" * 100_000, "<think>" * 20_000 + "<answer>1</answer>",
+               "<think><think>a</think></think><answer><answer>1</answer></answer>", "<answer>nan</answer>",
+               "<answer>inf</answer>", "<answer>1e999</answer>", "<answer>" + "9" * 5000 + "</answer>",
+               "<answer>" + "9" * 20 + "</answer>", [{"role": "assistant", "content": None}], float("nan")]
+    slowest = 0.0
+    for h in hostile:
+        start = time.perf_counter()
+        out = _call_all([h])
+        slowest = max(slowest, time.perf_counter() - start)
+        assert all(math.isfinite(v[0]) for v in out.values())
+    assert slowest < 1.0, slowest
+
+
+def test_agrees_with_trl_think_format_reward_where_semantics_meet():
+    """TRL's think_format_reward checks only the think block; ours also needs the answer block.
+    Where ours says well formatted, TRL's agrees; on completions that differ only in the think block, they agree."""
+    from trl.rewards import think_format_reward
+    thinks = ["a", "23 + 45 = 68", "", "multi\nline", "<think>nested", "x</think>y", "<answer>"]
+    for think in thinks:
+        text = f"<think>{think}</think><answer>68</answer>"
+        ours = rewards.format_reward([text])[0]
+        theirs = think_format_reward([[{"content": text}]])[0]
+        if ours == 1.0:
+            assert theirs == 1.0, text
+        if "<" not in think:
+            assert ours == theirs == 1.0
+    for text in ["<answer>68</answer>", "no tags", "<think>unclosed<answer>68</answer>", " <think>x</think>"]:
+        assert rewards.format_reward([text])[0] == 0.0 and think_format_reward([[{"content": text}]])[0] == 0.0

@@ -1,0 +1,139 @@
+"""GRPO (notebook 07): the rows TRL's ``GRPOTrainer`` trains on, and its loss checked against ours.
+
+TRL does the training (built in :mod:`course_utils.training`); this module holds what
+the trainer does not:
+
+* :func:`grpo_rows` — ``{"prompt", "answer"}`` rows: the chat prompt the policy sees and
+  the reference answer only the reward functions see;
+* :func:`trl_generation_batch` — one generation batch made by TRL's own
+  ``_generate_and_score_completions`` (sampling, EOS masking, rewards, advantages,
+  old and reference log-probs), with the reward of every completion recorded;
+* :func:`trl_parity` — that batch's advantages, per-token log-probs and loss for every
+  ``loss_type``, from TRL and from :mod:`course_utils.losses`, side by side.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from .data import to_messages
+from .losses import completion_logps, grpo_advantages, grpo_loss
+
+
+def grpo_rows(problems: list[dict]) -> list[dict]:
+    """One conversational row per problem: ``prompt`` (the user message) and the reference ``answer``.
+
+    TRL applies the chat template (the same text as :func:`evaluation.chat_prompt`), hands
+    reward functions each completion as ``[{"role": "assistant", "content": ...}]`` and
+    a reward *model* the whole chat, as 03's reward model was trained on it.
+    """
+    return [{"prompt": to_messages(p["question"]), "answer": str(p["answer"])} for p in problems]
+
+
+class _Recorder:
+    """Wraps a reward function and keeps the scores of its last call (TRL logs only their mean)."""
+
+    def __init__(self, fn):
+        functools.update_wrapper(self, fn)
+        self.fn, self.last = fn, None
+
+    def __call__(self, *args, **kwargs):
+        self.last = self.fn(*args, **kwargs)
+        return self.last
+
+
+def trl_generation_batch(trainer, n_prompts: int = 4, start: int = 0) -> tuple[dict, torch.Tensor]:
+    """One generation batch from TRL, for ``n_prompts`` rows of the trainer's data set.
+
+    Each row is repeated ``num_generations`` times (as TRL's sampler does) and passed
+    to ``trainer._generate_and_score_completions``, the code a training step runs.
+    Returns TRL's batch (``prompt_ids``, ``completion_ids``, ``completion_mask``,
+    ``advantages``, ``num_items_in_batch``, and ``old_per_token_logps`` /
+    ``ref_per_token_logps`` when TRL needs them) and the ``(B,)`` total reward of each
+    completion (weighted sum over the reward functions), recorded on the way.
+    """
+    G = trainer.num_generations
+    rows = [trainer.train_dataset[i] for i in range(start, start + n_prompts) for _ in range(G)]
+    originals = list(trainer.reward_funcs)
+    trainer.reward_funcs = [_Recorder(f) if callable(f) and not isinstance(f, torch.nn.Module) else f
+                            for f in originals]
+    try:
+        batch = trainer._generate_and_score_completions(rows)
+        per_func = torch.tensor([f.last for f in trainer.reward_funcs], dtype=torch.float32).T   # (B, n_funcs)
+    finally:
+        trainer.reward_funcs = originals
+    weights = trainer.reward_weights.to(per_func.dtype)
+    return batch, (per_func * weights).sum(1)
+
+
+def trl_parity(trainer, n_prompts: int = 4, perturb: float = 1e-2, seed: int = 0,
+               loss_types: tuple = ("grpo", "bnpo", "dr_grpo", "dapo"),
+               levels: tuple = ("token", "sequence")) -> dict:
+    """TRL's GRPO advantages, log-probs and loss on one of its own batches, and ours on the same tensors.
+
+    1. :func:`trl_generation_batch` makes a batch; ours: :func:`losses.grpo_advantages`
+       on the recorded rewards.
+    2. The trainable weights are nudged by Gaussian noise of scale ``perturb`` (as if an
+       optimizer step had happened), so the policy differs from the one that sampled:
+       the ratio is no longer 1 and the clip can bind. Ours: :func:`losses.completion_logps`
+       for π_θ (and, when TRL did not buffer them, π_old = the unperturbed weights).
+    3. For every ``loss_type`` and importance-sampling level, ``trainer._compute_loss``
+       against :func:`losses.grpo_loss`.
+
+    The weights are restored afterwards. Returns a dict of ``(ours, trl)`` tensor pairs:
+    ``"advantages"``, ``"logps"`` and ``"loss/<loss_type>/<level>"``, plus the batch, the rewards
+    and the per-token ``"ratio"`` π_θ/π_old of the nudged policy (0 on padding).
+    """
+    model = trainer.model
+    batch, rewards = trl_generation_batch(trainer, n_prompts)
+    out = {"batch": batch, "rewards": rewards,
+           "advantages": (grpo_advantages(rewards, trainer.num_generations, trainer.scale_rewards),
+                          batch["advantages"])}
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+    attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+    completion_mask = torch.cat([torch.zeros_like(batch["prompt_mask"]), batch["completion_mask"]], 1)
+    C = batch["completion_ids"].size(1)
+    temperature = trainer.temperature
+
+    def ours_logps():
+        return completion_logps(model, ids, attention, completion_mask, temperature)[:, -C:]
+
+    with torch.no_grad():
+        old = batch.get("old_per_token_logps")
+        old = ours_logps() if old is None else old
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        saved = [p.detach().clone() for p in trainable]
+        g = torch.Generator().manual_seed(seed)
+        for p in trainable:
+            p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * perturb)
+    settings = (trainer.loss_type, trainer.importance_sampling_level)
+    was_training = model.training
+    model.train()
+    if not hasattr(trainer, "current_gradient_accumulation_steps"):
+        trainer.current_gradient_accumulation_steps = 1
+    try:
+        with torch.no_grad():
+            logps = ours_logps()
+            trl_logps, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, attention, C)
+            out["logps"] = (logps * batch["completion_mask"], trl_logps * batch["completion_mask"])
+            out["ratio"] = torch.exp(logps - old) * batch["completion_mask"]          # pi_theta / pi_old per token
+            batch_trl = dict(batch, old_per_token_logps=old)      # TRL reads pi_old from the batch when present
+            for loss_type in loss_types:
+                for level in levels:
+                    trainer.loss_type, trainer.importance_sampling_level = loss_type, level
+                    theirs = trainer._compute_loss(model, batch_trl)
+                    ours = grpo_loss(logps, old, batch.get("ref_per_token_logps"), batch["advantages"],
+                                     batch["completion_mask"], beta=trainer.beta, epsilon_low=trainer.epsilon_low,
+                                     epsilon_high=trainer.epsilon_high, loss_type=loss_type,
+                                     importance_sampling_level=level,
+                                     max_completion_length=trainer.max_completion_length,
+                                     use_bias_correction_kl=trainer.args.use_bias_correction_kl)
+                    out[f"loss/{loss_type}/{level}"] = (ours, theirs.detach())
+    finally:
+        trainer.loss_type, trainer.importance_sampling_level = settings
+        with torch.no_grad():
+            for p, s in zip(trainable, saved):
+                p.copy_(s)
+        model.train(was_training)
+    return out

@@ -1,0 +1,159 @@
+"""GRPO: advantages and loss against independent loops and against TRL 1.15's GRPOTrainer on its own batch."""
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from course_utils import grpo, losses, rewards
+
+DTYPES = [torch.float32, torch.float64]
+
+
+def _reference_advantages(r, G, scale):
+    """Plain Python over groups (statistics by hand, n - 1 in the std)."""
+    r = [float(x) for x in r]
+    out = []
+    allr = np.array(r)
+    batch_std = np.sqrt(((allr - allr.mean()) ** 2).sum() / (len(r) - 1))
+    for start in range(0, len(r), G):
+        g = r[start:start + G]
+        mean = sum(g) / G
+        std = (sum((x - mean) ** 2 for x in g) / (G - 1)) ** 0.5
+        for x in g:
+            a = x - mean
+            out.append(a if scale == "none" else a / ((std if scale == "group" else batch_std) + 1e-4))
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+def test_grpo_advantages_match_a_loop(dtype, scale):
+    g = torch.Generator().manual_seed(0)
+    r = (torch.rand(24, generator=g, dtype=dtype) > 0.5).to(dtype) + torch.rand(24, generator=g, dtype=dtype) * 0.1
+    r[:6] = 1.0                                        # one group with equal rewards: advantage 0
+    ours = losses.grpo_advantages(r, 6, scale)
+    np.testing.assert_allclose(ours.numpy(), _reference_advantages(r, 6, scale), rtol=1e-5, atol=1e-6)
+    assert torch.all(ours[:6] == 0) and ours.dtype == dtype
+
+
+def test_grpo_advantages_reject_bad_input():
+    with pytest.raises(ValueError, match="whole groups"):
+        losses.grpo_advantages(torch.ones(7), 4)
+    with pytest.raises(ValueError, match="scale"):
+        losses.grpo_advantages(torch.ones(8), 4, "groups")
+
+
+def _reference_loss(logps, old, ref, adv, mask, beta, el, eh, loss_type, level, L, correct=True):
+    """Per completion, per token, in float64 NumPy."""
+    logps, old, ref, adv, mask = (np.asarray(x, dtype=np.float64) for x in (logps, old, ref, adv, mask))
+    B, T = logps.shape
+    per = np.zeros((B, T))
+    for i in range(B):
+        n = mask[i].sum()
+        seq_ratio = np.exp(sum((logps[i, t] - old[i, t]) * mask[i, t] for t in range(T)) / max(n, 1))
+        for t in range(T):
+            rho = seq_ratio if level == "sequence" else np.exp(logps[i, t] - old[i, t])
+            term = -min(rho * adv[i], min(max(rho, 1 - el), 1 + eh) * adv[i])
+            d = ref[i, t] - logps[i, t]
+            per[i, t] = (term + beta * (np.exp(d) - d - 1) * (rho if correct else 1.0)) * mask[i, t]
+    if loss_type == "grpo":
+        return np.mean([per[i].sum() / max(mask[i].sum(), 1) for i in range(B)])
+    if loss_type == "dr_grpo":
+        return per.sum() / (B * L)
+    return per.sum() / max(mask.sum(), 1)
+
+
+def _tensors(dtype, B=6, T=7, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    logps = -torch.rand(B, T, generator=g, dtype=dtype) * 3
+    old = logps + torch.randn(B, T, generator=g, dtype=dtype) * 0.3     # ratios well outside [0.8, 1.2] too
+    ref = logps + torch.randn(B, T, generator=g, dtype=dtype) * 0.5
+    adv = torch.randn(B, generator=g, dtype=dtype)
+    lengths = torch.tensor([7, 3, 5, 1, 6, 4])
+    mask = (torch.arange(T)[None] < lengths[:, None]).to(torch.int64)
+    return logps, old, ref, adv, mask
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("loss_type", losses.GRPO_LOSS_TYPES)
+@pytest.mark.parametrize("level", ["token", "sequence"])
+@pytest.mark.parametrize("beta, eh, correct", [(0.0, 0.2, True), (0.04, 0.28, True), (0.3, 0.2, False)])
+def test_grpo_loss_matches_a_loop(dtype, loss_type, level, beta, eh, correct):
+    logps, old, ref, adv, mask = _tensors(dtype)
+    ours = losses.grpo_loss(logps, old, ref if beta else None, adv, mask, beta=beta, epsilon_low=0.2, epsilon_high=eh,
+                            loss_type=loss_type, importance_sampling_level=level, max_completion_length=10,
+                            use_bias_correction_kl=correct)
+    want = _reference_loss(logps, old, ref, adv, mask, beta, 0.2, eh, loss_type, level, 10, correct)
+    assert ours.dtype == dtype
+    np.testing.assert_allclose(ours.item(), want, rtol=1e-5 if dtype == torch.float32 else 1e-10)
+
+
+def test_loss_is_minus_mean_advantage_at_the_first_step_but_the_gradient_is_not_zero():
+    """pi / pi.detach() = 1, so the loss is -mean(A) (0 for group-normalised A) yet its gradient is -A grad log pi."""
+    logps, _, _, _, mask = _tensors(torch.float64)
+    mask = torch.ones_like(mask)
+    adv = losses.grpo_advantages(torch.tensor([1.0, 0, 0, 1, 1, 0], dtype=torch.float64), 3)
+    logps = logps.clone().requires_grad_(True)
+    loss = losses.grpo_loss(logps, None, None, adv, mask, loss_type="bnpo")
+    loss.backward()
+    assert abs(loss.item()) < 1e-12
+    torch.testing.assert_close(logps.grad, -adv[:, None].expand_as(logps) / mask.sum())
+
+
+def test_grpo_loss_argument_errors():
+    logps, old, ref, adv, mask = _tensors(torch.float32)
+    with pytest.raises(ValueError, match="ref_logps"):
+        losses.grpo_loss(logps, old, None, adv, mask, beta=0.1)
+    with pytest.raises(ValueError, match="max_completion_length"):
+        losses.grpo_loss(logps, old, None, adv, mask, loss_type="dr_grpo")
+    with pytest.raises(ValueError, match="loss_type"):
+        losses.grpo_loss(logps, old, None, adv, mask, loss_type="ppo")
+
+
+def length_reward(completions, **kwargs):
+    """A test reward that differs between completions of an untrained model (so advantages are not all 0)."""
+    return [len(rewards.completion_text(c)) / 10 for c in completions]
+
+
+@pytest.fixture(scope="module")
+def tiny_grpo(tokenizer, tmp_path_factory):
+    from course_utils.data import load_jsonl
+    from course_utils.modeling import build_model
+    from course_utils.profile import get_profile
+    from course_utils.recipes import GRPORecipe
+    from course_utils.training import grpo_trainer
+
+    def make(**changes):
+        recipe = replace(GRPORecipe(), steps=1, max_completion_length=12, num_generations=4, prompts_per_step=2,
+                         **changes)
+        rows = grpo.grpo_rows(load_jsonl("arithmetic", "train")[:8])
+        model = build_model(tokenizer, seed=0).float()
+        return grpo_trainer(model, tokenizer, get_profile("cpu-tiny", seed=0), recipe, tmp_path_factory.mktemp("g"),
+                            rows, [length_reward, rewards.accuracy_reward])
+    return make
+
+
+@pytest.mark.parametrize("changes", [{}, {"beta": 0.0, "num_iterations": 2, "scale_rewards": "batch"},
+                                     {"scale_rewards": "none", "epsilon_high": 0.28}])
+def test_trl_grpo_parity_on_its_own_batch(tiny_grpo, changes):
+    """TRL's advantages, per-token log-probs and loss (every loss_type, token and sequence level) equal ours."""
+    trainer = tiny_grpo(**changes)
+    out = grpo.trl_parity(trainer, n_prompts=2, perturb=0.05)
+    assert out["rewards"].shape == (8,) and out["rewards"].std() > 0     # a real test: advantages not all 0
+    keys = [k for k in out if k.startswith("loss/")]
+    assert len(keys) == 8
+    for key in ["advantages", "logps", *keys]:
+        ours, theirs = out[key]
+        torch.testing.assert_close(ours, theirs.to(ours.dtype), rtol=1e-4, atol=1e-5, msg=key)
+    # the nudge moved the policy: ratios are not 1, so the loss depends on the level
+    assert not torch.isclose(out["loss/grpo/token"][1], out["loss/grpo/sequence"][1])
+
+
+def test_trl_drops_the_answer_column_without_remove_unused_columns_false(tiny_grpo):
+    """The pitfall of notebook 07: with remove_unused_columns=True the accuracy reward gets no answers, and says so."""
+    trainer = tiny_grpo()
+    trainer.args.remove_unused_columns = True
+    batch_rows = [{"prompt": r["prompt"]} for r in [trainer.train_dataset[0]] * trainer.num_generations]
+    with pytest.raises(ValueError, match="remove_unused_columns=False"):
+        trainer._generate_and_score_completions(batch_rows)
