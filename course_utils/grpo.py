@@ -5,6 +5,7 @@ the trainer does not:
 
 * :func:`grpo_rows` — ``{"prompt", "answer"}`` rows: the chat prompt the policy sees and
   the reference answer only the reward functions see;
+* :func:`batch_logps` — per-token log-probs of a TRL batch's completions under any model;
 * :func:`trl_generation_batch` — one generation batch made by TRL's own
   ``_generate_and_score_completions`` (sampling, EOS masking, rewards, advantages,
   old and reference log-probs), with the reward of every completion recorded;
@@ -29,6 +30,19 @@ def grpo_rows(problems: list[dict]) -> list[dict]:
     a reward *model* the whole chat, as 03's reward model was trained on it.
     """
     return [{"prompt": to_messages(p["question"]), "answer": str(p["answer"])} for p in problems]
+
+
+def batch_logps(model, batch: dict, temperature: float = 1.0) -> torch.Tensor:
+    """Per-token log-probs ``(B, C)`` of a TRL generation batch's completions under ``model``.
+
+    Joins ``prompt_ids``/``completion_ids`` (and their masks) as TRL's ``_compute_loss``
+    does and calls :func:`losses.completion_logps`; 0 on padding. Gradients flow unless
+    the caller wraps it in ``torch.no_grad()``.
+    """
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+    attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+    completion_mask = torch.cat([torch.zeros_like(batch["prompt_mask"]), batch["completion_mask"]], 1)
+    return completion_logps(model, ids, attention, completion_mask, temperature)[:, -batch["completion_ids"].size(1):]
 
 
 class _Recorder:
@@ -90,14 +104,12 @@ def trl_parity(trainer, n_prompts: int = 4, perturb: float = 1e-2, seed: int = 0
     out = {"batch": batch, "rewards": rewards,
            "advantages": (grpo_advantages(rewards, trainer.num_generations, trainer.scale_rewards),
                           batch["advantages"])}
-    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
-    attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
-    completion_mask = torch.cat([torch.zeros_like(batch["prompt_mask"]), batch["completion_mask"]], 1)
     C = batch["completion_ids"].size(1)
-    temperature = trainer.temperature
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)          # TRL's own log-prob call needs these
+    attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
 
     def ours_logps():
-        return completion_logps(model, ids, attention, completion_mask, temperature)[:, -C:]
+        return batch_logps(model, batch, trainer.temperature)
 
     with torch.no_grad():
         old = batch.get("old_per_token_logps")
