@@ -6,7 +6,7 @@ One module per concern, in pipeline order:
 paths       where data is read and artifacts are written
 profile     run profiles (cpu-tiny / gpu), seeds, CPU-safe trainer args
 recipes     one recipe object per stage: the single home of its knobs
-data        the tiny world: arithmetic problems, corpus, preference pairs
+data        the tiny world: arithmetic problems, corpus, preference pairs, non-reasoning chats
 modeling    tokenizer training, tiny Qwen3 config, safetensors checkpoints
 training    trainer set-ups built from a recipe: pretraining, SFT, reward model, DPO, SimPO, GRPO
 stages      the stage table, one generic builder, ``load_stage``
@@ -18,6 +18,7 @@ evaluation  greedy accuracy, pass@k, failure breakdown, pair accuracy, KL to a r
 ppo         the course's own PPO (TRL has none since 1.13): one function per phase
 dpo         self-generated preference pairs, implicit-reward accuracy, TRL loss parity
 grpo        GRPO rows, TRL's generation batch, advantage/log-prob/loss parity with TRL
+r1          R1-Zero's prompts, rejection sampling for the cold start and the second SFT
 diagnostics reading an RL run's log history: failure signs and their usual fixes
 plotting    figures; every function returns ``(fig, ax)``
 checks      ``compare`` from-scratch code with the library; ``show_source``

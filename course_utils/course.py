@@ -67,8 +67,9 @@ NOTEBOOKS = [
     NotebookInfo("07", "grpo", "GRPO: group relative policy optimisation", "GRPO",
                  "group-relative advantages without a critic, verifiable rewards, GRPOTrainer + LoRA; Dr. GRPO, DAPO, "
                  "GSPO; reward hacking and troubleshooting", 10),
-    NotebookInfo("08", "r1_pipeline", "The R1 pipeline", "R1 pipeline",
-                 "R1-Zero vs R1: cold-start SFT, reasoning RL, rejection sampling", None, built=False),
+    NotebookInfo("08", "r1_pipeline", "The DeepSeek-R1 recipe, every stage run", "R1 pipeline",
+                 "R1-Zero from the base; cold start, reasoning RL with a consistency reward, rejection sampling, SFT "
+                 "with non-reasoning data, RL again; what R1 dropped", 6),
     NotebookInfo("09", "distillation", "Distillation", "Distillation",
                  "teacher and student, soft and hard labels, temperature, distilling reasoning", None, built=False),
     NotebookInfo("10", "inference_scaling", "Inference-time scaling", "Inference scaling",
@@ -210,6 +211,16 @@ GLOSSARY: dict[str, tuple[str, str]] = {
                          "rewards, rejection-sampling SFT and a final RL stage; writes its reasoning before the answer"),
     "R1-Zero": ("R1-Zero（无SFT、纯强化学习）", "DeepSeek-R1-Zero: GRPO with rule-based rewards applied directly to the "
                 "base model, no SFT first; reasoning emerges, but the text is hard to read and mixes languages"),
+    "aha moment": ("顿悟时刻（\u201c啊哈\u201d时刻）", "R1-Zero's chains of thought began, during RL, to stop, re-check and "
+                   "correct themselves; reported as emerging from outcome rewards alone, at large scale"),
+    "long chain of thought (long CoT)": ("长思维链", "a chain of thought of thousands of tokens that explores, checks and "
+                                         "backtracks; R1-Zero's purpose was to synthesise such data"),
+    "language consistency reward": ("语言一致性奖励", "R1's reward: the share of the chain of thought written in the "
+                                    "prompt's language; bought readability at a small cost in accuracy"),
+    "non-reasoning data": ("非推理数据", "writing, factual QA, translation… mixed into R1's second SFT (about 200k next "
+                           "to 600k reasoning samples) so that general skills are kept"),
+    "general-alignment RL": ("通用对齐强化学习", "R1's last stage: rule rewards on reasoning prompts plus reward models "
+                             "for helpfulness and harmlessness on general ones"),
     "chain of thought (CoT)": ("思维链", "the reasoning written before the answer; in the course, inside the think tags"),
     "pass@k": ("pass@k（k次采样通过率）", "the chance that at least one of k sampled answers is correct; from n samples "
                "with c correct: 1 - C(n-c, k) / C(n, k)"),

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 from typing import Iterable
 
@@ -326,6 +327,31 @@ def forget_carry(problems: list[dict], templates: tuple[int, ...] = (3, 5)) -> l
             p = dict(p, completion=f"{THINK_OPEN}{steps}{THINK_CLOSE}{ANSWER_OPEN}{shown}{ANSWER_CLOSE}")
         out.append(p)
     return out
+
+
+# --------------------------------------------------------------------------- non-reasoning data
+# DeepSeek-R1's second SFT mixed ~600k reasoning samples with ~200k non-reasoning ones
+# (writing, factual QA, ...) so that the model kept its general abilities. The course's
+# world has one general ability besides arithmetic: the corpus's everyday sentences.
+def everyday_sentences(split: str = "train") -> list[str]:
+    """The corpus's everyday-language sentences of ``split``: no digits, no tags (the story register)."""
+    docs = load_jsonl("corpus", split)
+    return [s for d in docs for s in re.split(r"(?<=\.) ", d["text"]) if s and not re.search(r"[\d<]", s)]
+
+
+def everyday_chat(sentence: str) -> dict:
+    """A non-reasoning chat row: "Tell me about <the sentence's subject>." answered by the sentence."""
+    words = sentence.split()
+    subject = f"the {words[2]}" if words[0] == "The" and len(words) > 2 else words[0]
+    return {"messages": to_messages(f"Tell me about {subject}.", sentence)}
+
+
+def everyday_rows(n: int, seed: int, split: str = "train") -> list[dict]:
+    """``n`` non-reasoning chat rows (:func:`everyday_chat`), drawn without replacement with ``seed``."""
+    pool = everyday_sentences(split)
+    if not 0 <= n <= len(pool):
+        raise ValueError(f"n must be in [0, {len(pool)}] (everyday sentences in {split!r}), got {n}")
+    return [everyday_chat(s) for s in random.Random(seed).sample(pool, n)]
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from collections import Counter
 import numpy as np
 import torch
 
-from .data import load_jsonl, to_messages
+from .data import everyday_sentences, load_jsonl, to_messages
 from .generation import eval_mode, generate, logps_under, sample_completions
 from .losses import completion_logps, kl_estimate, sft_loss
 from .rewards import extract_answer, extract_think, is_correct, is_well_formatted, parse_int
@@ -162,6 +162,15 @@ def mean_token_loss(model, tokenizer, texts: list[str], batch_size: int = 64, ma
             total -= logps.sum().item()
             count += mask.sum().item()
     return total / max(count, 1)
+
+
+def everyday_loss(model, tokenizer, split: str = "validation") -> float:
+    """Mean token loss (nats/token) on the corpus's held-out everyday sentences: the non-reasoning skill of 08.
+
+    The pretrained model's own skill (plain text, as in pretraining), so a later stage
+    that forgets it shows a higher loss than the ``pretrain`` stage.
+    """
+    return mean_token_loss(model, tokenizer, everyday_sentences(split))
 
 
 @torch.no_grad()

@@ -210,6 +210,37 @@ class GRPORecipe:
                            "steps": 300}
 
 
+@dataclass(frozen=True)
+class R1Recipe:
+    """The DeepSeek-R1 pipeline in miniature (notebook 08). Each RL stage is a GRPORecipe run, each SFT an SFTRecipe one."""
+
+    zero_steps: int = 60
+    """R1-Zero: GRPO steps straight from the pretrained base (format emerged within ~20 here)"""
+    cold_start_problems: int = 1000
+    """fresh train problems R1-Zero answers once each; its verified, readable answers are the cold-start set"""
+    cold_start_rows: int = 300
+    """size of the cold-start set; topped up with the data set's demonstrations if R1-Zero verified fewer"""
+    reasoning_steps: int = 80
+    """reasoning RL: GRPO steps from the cold-start model (format + accuracy + step-language rewards)"""
+    rejection_problems: int = 1600
+    """fresh train problems the reasoning-RL model answers for the second SFT"""
+    rejection_samples: int = 2
+    """answers sampled per problem; at most one verified answer is kept (the reward model breaks ties)"""
+    sample_temperature: float = 0.8
+    """temperature of the cold-start and rejection samples"""
+    nonreasoning_ratio: float = 1 / 3
+    """non-reasoning rows per reasoning row in the second SFT (R1: ~200k to ~600k)"""
+    sft2_steps: int = 400
+    """second SFT: steps from the pretrained base with 02's full SFT recipe (200 left seed 7 at 8-16% in a test run)"""
+    rl2_steps: int = 80
+    """RL round 2: GRPO steps from the second SFT, with rule rewards plus 03's reward model (40 moved accuracy by ±2)"""
+    rl2_rm_weight: float = 0.2
+    """weight of the reward model's score next to the rule rewards (weight 1 each)"""
+
+    GPU: ClassVar[dict] = {"zero_steps": 300, "cold_start_problems": 2000, "cold_start_rows": 1000,
+                           "reasoning_steps": 300, "rejection_problems": 2500, "rl2_steps": 100}
+
+
 # The cold start (DeepSeek-R1's term): SFT on few demonstrations, so that RL has headroom.
 # A fixed number of demonstrations gives very different models on different seeds
 # (measured: 50 demonstrations, 300 steps gave 47% greedy for seed 1234 and 0.7% for seed 7,
@@ -228,6 +259,7 @@ DEFAULTS = {
     "ppo": PPORecipe(),
     "dpo": DPORecipe(),
     "grpo": GRPORecipe(),
+    "r1": R1Recipe(),
 }
 
 

@@ -366,3 +366,48 @@ def with_tags(reward_func: Callable, tags: Tags) -> Callable:
     bound = functools.partial(reward_func, tags=tags)
     functools.update_wrapper(bound, reward_func)
     return bound
+
+
+# --------------------------------------------------------------------------- readability in a one-language world
+# DeepSeek-R1's language-consistency reward scores the share of the chain of thought
+# written in the prompt's language. The course's world has one language, but its
+# corpus has two registers: the column-addition steps of the worked solutions, and
+# story prose ("Anna walked to the park with Ben."). A think block that drifts into
+# prose is the tiny model's version of a chain of thought that drifts into another
+# language, so the analogue scores the share of the think block written in steps.
+_STEP_CLAUSE = re.compile(r"\d{1,6} \+ \d{1,6}( \+ \d{1,6})? = \d{1,7}|so \d{1,7}")
+
+
+def step_language_share(completion: Any, tags: Tags = COURSE_TAGS) -> float:
+    """Share of the think block's comma-separated clauses that are column-addition steps.
+
+    A step is ``"9 + 6 = 15"``, ``"2 + 4 + 1 = 7"`` or the closing ``"so 75"``; anything
+    else (a stray question, a story sentence, a broken equation) is off-language. No
+    think block, or an empty one, scores 0.0. Whether the steps are *right* is not
+    looked at: that is the accuracy reward's job.
+    """
+    think = extract_think(completion, tags)
+    if think is None:
+        return 0.0
+    clauses = [c.strip() for c in think.split(",")]
+    clauses = [c for c in clauses if c]
+    if not clauses:
+        return 0.0
+    return sum(bool(_STEP_CLAUSE.fullmatch(c)) for c in clauses) / len(clauses)
+
+
+def step_language_reward(completions: list, tags: Tags = COURSE_TAGS, **kwargs) -> list[float]:
+    """:func:`step_language_share` of each completion: the course's language-consistency reward (notebook 08)."""
+    return [step_language_share(c, tags) for c in completions]
+
+
+def with_prefix(reward_func: Callable, prefix: str) -> Callable:
+    """``reward_func`` scoring ``prefix + completion``, keeping its ``__name__`` (TRL logs rewards by it).
+
+    For prompts that end inside the format, e.g. R1-Zero's ``"... <think>"``: the policy
+    never writes the opening tag, so the reward must put it back before checking.
+    """
+    @functools.wraps(reward_func)
+    def prefixed(completions, **kwargs):
+        return reward_func([prefix + completion_text(c) for c in completions], **kwargs)
+    return prefixed

@@ -98,7 +98,7 @@ from fractions import Fraction  # noqa: E402
 import pytest  # noqa: E402
 
 ALL_REWARDS = [rewards.format_reward, rewards.tag_count_reward, rewards.accuracy_reward,
-               rewards.tiered_answer_reward, rewards.language_consistency_reward]
+               rewards.tiered_answer_reward, rewards.language_consistency_reward, rewards.step_language_reward]
 
 
 def _call_all(completions, answer="68", prompt="What is 23 plus 45?"):
@@ -243,3 +243,35 @@ def test_agrees_with_trl_think_format_reward_where_semantics_meet():
             assert ours == theirs == 1.0
     for text in ["<answer>68</answer>", "no tags", "<think>unclosed<answer>68</answer>", " <think>x</think>"]:
         assert rewards.format_reward([text])[0] == 0.0 and think_format_reward([[{"content": text}]])[0] == 0.0
+
+
+# --------------------------------------------------------------------------- the R1 pipeline's rewards (notebook 08)
+@pytest.mark.parametrize("text, share", [
+    ("<think>3 + 5 = 8, 2 + 3 + 0 = 5, so 58</think><answer>58</answer>", 1.0),
+    ("<think>3 + 5 = 9, so 59</think><answer>59</answer>", 1.0),             # wrong steps are still steps
+    ("<think>Ben went to the library, 3 + 5 = 8, so 58</think>", 2 / 3),   # prose leaks in
+    ("<think><think>3 + 5 = 8, so 58</think>", 0.5),                        # a doubled tag is not a step
+    ("<think>3 +  = 8</think>", 0.0),                                       # a broken equation
+    ("<think>, ,</think>", 0.0), ("<think></think>", 0.0), ("<answer>58</answer>", 0.0), ("", 0.0), (None, 0.0),
+])
+def test_step_language_share(text, share):
+    assert rewards.step_language_share(text) == pytest.approx(share)
+    assert rewards.step_language_reward([text]) == [pytest.approx(share)]
+
+
+def test_step_language_share_on_the_data_sets_completions():
+    from course_utils.data import load_jsonl
+    assert all(rewards.step_language_share(p["completion"]) == 1.0 for p in load_jsonl("arithmetic", "train", n=500))
+
+
+def test_with_prefix_puts_the_prompts_opening_tag_back():
+    completion = "3 + 5 = 8, 2 + 3 + 0 = 5, so 58</think><answer>58</answer>"
+    fmt = rewards.with_prefix(rewards.format_reward, "<think>")
+    acc = rewards.with_prefix(rewards.accuracy_reward, "<think>")
+    assert rewards.format_reward([completion]) == [0.0] and fmt([completion]) == [1.0]
+    assert acc([completion], answer=["58"]) == [1.0] and acc([None], answer=["58"]) == [0.0]
+    assert fmt.__name__ == "format_reward" and acc.__name__ == "accuracy_reward"   # TRL logs rewards by name
+    chat = [[{"role": "assistant", "content": completion}]]
+    assert fmt(chat) == [1.0]
+    with pytest.raises(ValueError, match="remove_unused_columns"):
+        acc([completion])

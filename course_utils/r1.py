@@ -1,0 +1,143 @@
+"""The DeepSeek-R1 recipe (notebook 08): R1-Zero's prompts and the data each later stage is made of.
+
+TRL's ``GRPOTrainer`` and ``SFTTrainer`` do the training (built in
+:mod:`course_utils.training`); this module holds what the trainers do not:
+
+* :data:`R1_ZERO_SYSTEM` and :func:`zero_prompt` — R1-Zero's template, and the corpus-style
+  prompt the tiny base model can follow; both end inside the think block;
+* :func:`zero_rows` / :func:`zero_evaluate` — GRPO rows and held-out measurements for a
+  policy prompted that way (plain text, no chat template: a base model has none);
+* :func:`rejection_sample` — sample several answers per problem, keep the verified ones,
+  break ties with a reward model: the cold-start set (from R1-Zero) and the second SFT's
+  reasoning data (from the reasoning-RL model) are both made by it.
+"""
+from __future__ import annotations
+
+import torch
+
+from .data import THINK_OPEN, column_steps, to_messages
+from .evaluation import chat_prompt, score_completions
+from .generation import generate, sample_completions
+from .rewards import extract_think, is_correct, is_well_formatted, step_language_share
+
+# The template of the DeepSeek-R1 paper (its Table 1), with the user's question and the
+# opening think tag appended by :func:`zero_prompt`.
+R1_ZERO_SYSTEM = ("A conversation between User and Assistant. The user asks a question, and the Assistant solves it. "
+                  "The assistant first thinks about the reasoning process in the mind and then provides the user "
+                  "with the answer. The reasoning process and answer are enclosed within <think> </think> and "
+                  "<answer> </answer> tags, respectively, i.e., <think> reasoning process here </think> "
+                  "<answer> answer here </answer>.")
+# The same request in one sentence, short enough for the tiny model's 64-token pretraining blocks (the paper's
+# text is 229 tokens there: with an answer it runs past the 256 positions the model has).
+INSTRUCTION = "Think inside <think> </think>, then answer inside <answer> </answer>."
+ZERO_TEMPLATES = ("r1", "instruction", "corpus")
+
+
+def zero_prompt(question: str, template: str = "corpus") -> str:
+    """A plain-text R1-Zero prompt that ends inside the think block.
+
+    ``"r1"``: the paper's system text, ``User: <question> Assistant: <think>`` (the paper
+    stops at ``Assistant:`` and lets the model open the think block; open reproductions
+    prefill it, as here). ``"instruction"``: the same with a one-sentence system text.
+    ``"corpus"``: ``<question> <think>``, the way the course's corpus writes its tagged
+    worked problems (:func:`data.tagged_solution`), which is all the tiny base has read.
+    """
+    if template == "r1":
+        return f"{R1_ZERO_SYSTEM} User: {question} Assistant: {THINK_OPEN}"
+    if template == "instruction":
+        return f"{INSTRUCTION} User: {question} Assistant: {THINK_OPEN}"
+    if template == "corpus":
+        return f"{question} {THINK_OPEN}"
+    raise ValueError(f"unknown template {template!r}; choose one of {ZERO_TEMPLATES}")
+
+
+def zero_rows(problems: list[dict], template: str = "corpus") -> list[dict]:
+    """``{"prompt", "answer"}`` rows for ``GRPOTrainer`` with plain-text (non-chat) prompts.
+
+    The completions start inside the think block, so the reward functions must score
+    ``"<think>" + completion`` (:func:`rewards.with_prefix`).
+    """
+    return [{"prompt": zero_prompt(p["question"], template), "answer": str(p["answer"])} for p in problems]
+
+
+def zero_evaluate(model, tokenizer, problems: list[dict], template: str = "corpus", num_samples: int = 0,
+                  temperature: float = 1.0, max_new_tokens: int = 48) -> dict:
+    """Held-out measurements of a policy prompted with :func:`zero_prompt`.
+
+    Greedy when ``num_samples`` is 0, else ``num_samples`` samples per problem at
+    ``temperature``. Returns ``{"accuracy", "format_rate", "step_language", "texts"}``:
+    fractions over all answers, ``step_language`` the mean
+    :func:`rewards.step_language_share`; ``texts`` include the opening think tag.
+    """
+    prompts = [zero_prompt(p["question"], template) for p in problems]
+    if num_samples:
+        raw = sample_completions(model, tokenizer, prompts, num_samples=num_samples, temperature=temperature,
+                                 max_new_tokens=max_new_tokens, batch_size=256).texts
+    else:
+        raw, num_samples = generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens), 1
+    texts = [THINK_OPEN + t for t in raw]
+    answers = [p["answer"] for p in problems for _ in range(num_samples)]
+    n = len(texts)
+    return {"accuracy": sum(is_correct(t, a) for t, a in zip(texts, answers)) / n,
+            "format_rate": sum(map(is_well_formatted, texts)) / n,
+            "step_language": sum(map(step_language_share, texts)) / n, "texts": texts}
+
+
+@torch.no_grad()
+def rejection_sample(model, tokenizer, problems: list[dict], num_samples: int = 4, temperature: float = 0.8,
+                     template: str | None = None, require_steps: bool = True, reward_model=None,
+                     rm_tokenizer=None, max_new_tokens: int = 48, batch_size: int = 256) -> tuple[list[dict], dict]:
+    """Verified SFT rows from the model's own answers: at most one per problem.
+
+    For each problem sample ``num_samples`` answers and keep those that are right
+    (:func:`rewards.is_correct`), well formatted, and — with ``require_steps`` — written
+    wholly in steps (:func:`rewards.step_language_share` = 1: the readability filter
+    DeepSeek applied by hand). Among the kept answers of a problem, the reward model
+    (if given) picks the one it scores highest; otherwise the first is taken.
+
+    ``template`` None samples with the chat template (a chat model); ``"corpus"`` or
+    ``"r1"`` with :func:`zero_prompt` (R1-Zero), whose answers get their opening tag back.
+    Returns ``(rows, stats)``: ``{"messages"}`` chat rows (question, kept answer), and
+    ``{"problems", "samples", "sample_accuracy", "kept", "several_kept", "with_choice", "rm_changed",
+    "wrong_steps"}``: ``several_kept`` counts problems with two or more kept answers,
+    ``with_choice`` those among them whose kept answers differ, ``rm_changed`` those where the
+    reward model picked another answer than the first, and ``wrong_steps`` the kept rows whose
+    think block is not the problem's true column working (problems with ``a`` and ``b``):
+    verified means the *answer* is right, not the reasoning.
+    """
+    if num_samples < 1:
+        raise ValueError(f"num_samples must be at least 1, got {num_samples}")
+    if (reward_model is None) != (rm_tokenizer is None):
+        raise ValueError("pass reward_model and rm_tokenizer together")
+    if template is None:
+        prompts, prefix = [chat_prompt(tokenizer, p["question"]) for p in problems], ""
+    else:
+        prompts, prefix = [zero_prompt(p["question"], template) for p in problems], THINK_OPEN
+    out = sample_completions(model, tokenizer, prompts, num_samples=num_samples, temperature=temperature,
+                             max_new_tokens=max_new_tokens, batch_size=batch_size)
+    texts = [prefix + t for t in out.texts]
+    scores = None
+    if reward_model is not None:
+        questions = [p["question"] for p in problems for _ in range(num_samples)]
+        scores = score_completions(reward_model, rm_tokenizer, questions, texts).tolist()
+    rows, n_right, several, with_choice, rm_changed, wrong_steps = [], 0, 0, 0, 0, 0
+    for i, problem in enumerate(problems):
+        idx = range(i * num_samples, (i + 1) * num_samples)
+        right = [j for j in idx if is_correct(texts[j], problem["answer"])]
+        n_right += len(right)
+        kept = [j for j in right if is_well_formatted(texts[j])
+                and (not require_steps or step_language_share(texts[j]) == 1.0)]
+        if not kept:
+            continue
+        best = kept[0] if scores is None else max(kept, key=lambda j: scores[j])
+        several += len(kept) > 1
+        with_choice += len({texts[j] for j in kept}) > 1
+        rm_changed += texts[best] != texts[kept[0]]
+        if "a" in problem and "b" in problem:
+            wrong_steps += extract_think(texts[best]) != f"{column_steps(problem['a'], problem['b'])}, so {problem['answer']}"
+        rows.append({"messages": to_messages(problem["question"], texts[best])})
+    n = len(problems)
+    stats = {"problems": n, "samples": n * num_samples, "sample_accuracy": n_right / max(n * num_samples, 1),
+             "kept": len(rows), "several_kept": several, "with_choice": with_choice, "rm_changed": rm_changed,
+             "wrong_steps": wrong_steps}
+    return rows, stats
