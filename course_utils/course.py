@@ -69,11 +69,12 @@ NOTEBOOKS = [
                  "GSPO; reward hacking and troubleshooting", 10),
     NotebookInfo("08", "r1_pipeline", "The DeepSeek-R1 recipe, every stage run", "R1 pipeline",
                  "R1-Zero from the base; cold start, reasoning RL with a consistency reward, rejection sampling, SFT "
-                 "with non-reasoning data, RL again; what R1 dropped", 6),
+                 "with non-reasoning data, RL again; what R1 dropped", 8),
     NotebookInfo("09", "distillation", "Distillation", "Distillation",
                  "teacher and student, soft and hard labels, temperature, distilling reasoning", None, built=False),
     NotebookInfo("10", "inference_scaling", "Inference-time scaling", "Inference scaling",
-                 "spending compute at test time: pass@k, majority vote, best-of-n with a reward model",
+                 "spending compute at test time: pass@k, majority vote, best-of-n with a reward model, a process "
+                 "reward model in miniature, a generative reward model",
                  None, built=False),
     NotebookInfo("11", "qwen3_grpo_unsloth_vllm", "Qwen3 GRPO with unsloth and vLLM", "Qwen3 GRPO (GPU)",
                  "GRPO with LoRA on a real Qwen3, generation by vLLM (GPU only)", None, built=False),
