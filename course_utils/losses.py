@@ -375,3 +375,28 @@ def grpo_loss(logps: torch.Tensor, old_logps: torch.Tensor | None, ref_logps: to
     if loss_type == "dr_grpo":
         return per_token.sum() / (per_token.size(0) * max_completion_length)
     return per_token.sum() / mask.sum().clamp(min=1.0)                                       # bnpo, dapo
+
+
+def soft_distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 1.0,
+                           mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Hinton's soft-label loss: T² · mean over (masked) positions of KL(softmax(teacher/T) ‖ softmax(student/T)).
+
+    .. math:: \\mathcal{L} = T^2\\,\\frac{1}{|M|}\\sum_{t\\in M}\\sum_v p^T_{t,v}\\,(\\log p^T_{t,v} - \\log q^T_{t,v}),
+              \\quad p^T = \\mathrm{softmax}(z_\\text{teacher}/T),\\ q^T = \\mathrm{softmax}(z_\\text{student}/T)
+
+    Logits are ``(..., vocab)``; ``mask`` (``(...)``, 1 = counts) picks the positions, all
+    of them if None. The T² keeps the gradient's size independent of T (the soft targets'
+    gradient shrinks as 1/T²). The teacher's logits are detached: only the student learns.
+    TRL's ``GKDTrainer.generalized_jsd_loss`` with ``beta=0`` is the same KL without the T².
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if student_logits.shape != teacher_logits.shape:
+        raise ValueError(f"student logits {tuple(student_logits.shape)} and teacher logits "
+                         f"{tuple(teacher_logits.shape)} differ (a shared vocabulary is required)")
+    log_q = F.log_softmax(student_logits / temperature, dim=-1)
+    log_p = F.log_softmax(teacher_logits.detach() / temperature, dim=-1)
+    kl = (log_p.exp() * (log_p - log_q)).sum(-1)                                   # (...)
+    if mask is None:
+        mask = torch.ones_like(kl)
+    return temperature ** 2 * masked_mean(kl, mask.to(kl.dtype))

@@ -88,3 +88,66 @@ def test_completion_logps_matches_a_loop_over_positions(tokenizer):
             if comp[b, t]:
                 want = torch.log_softmax(logits[t - start - 1], -1)[ids[b, t]]
                 torch.testing.assert_close(got[b, t], want, atol=1e-5, rtol=1e-5)
+
+
+# --------------------------------------------------------------------------- distillation (notebook 09)
+def _reference_soft_loss(student, teacher, temperature, mask):
+    """Written out with explicit softmaxes and sums, in float64."""
+    s, t, m = student.double().numpy(), teacher.double().numpy(), mask.double().numpy()
+    import numpy as np
+
+    def softmax(z):
+        z = z - z.max(-1, keepdims=True)
+        e = np.exp(z)
+        return e / e.sum(-1, keepdims=True)
+    p, q = softmax(t / temperature), softmax(s / temperature)
+    kl = (p * (np.log(p) - np.log(q))).sum(-1)
+    return temperature ** 2 * (kl * m).sum() / m.sum()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("temperature", [0.5, 1.0, 2.0, 4.0])
+def test_soft_distillation_loss_matches_a_reference_and_trl(dtype, temperature):
+    import os
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from trl.experimental.gkd import GKDTrainer
+    g = torch.Generator().manual_seed(0)
+    student = torch.randn(3, 5, 11, generator=g, dtype=dtype) * 3
+    teacher = torch.randn(3, 5, 11, generator=g, dtype=dtype) * 3
+    mask = (torch.rand(3, 5, generator=g) > 0.3).long()
+    ours = losses.soft_distillation_loss(student, teacher, temperature, mask)
+    assert ours.dtype == dtype
+    torch.testing.assert_close(ours.double(), torch.tensor(_reference_soft_loss(student, teacher, temperature, mask),
+                                                           dtype=torch.float64), rtol=1e-5, atol=1e-6)
+    # TRL: beta=0 is KL(teacher || student) at temperature T, mean over unmasked tokens, without the T^2 factor
+    labels = torch.where(mask.bool(), torch.zeros_like(mask), torch.full_like(mask, -100))
+    theirs = GKDTrainer.generalized_jsd_loss(student, teacher, labels=labels, beta=0.0, temperature=temperature)
+    torch.testing.assert_close(ours, temperature ** 2 * theirs)
+
+
+def test_soft_distillation_loss_properties():
+    student = torch.randn(2, 4, 7, requires_grad=True)
+    teacher = torch.randn(2, 4, 7, requires_grad=True)
+    assert losses.soft_distillation_loss(teacher.detach(), teacher.detach(), 2.0) < 1e-6   # same logits: zero
+    loss = losses.soft_distillation_loss(student, teacher, 2.0)
+    assert loss > 0
+    loss.backward()
+    assert student.grad is not None and teacher.grad is None          # only the student learns
+    unmasked = losses.soft_distillation_loss(student, teacher, 2.0, torch.ones(2, 4))
+    torch.testing.assert_close(loss, unmasked)
+    with pytest.raises(ValueError, match="temperature"):
+        losses.soft_distillation_loss(student, teacher, 0.0)
+    with pytest.raises(ValueError, match="shared vocabulary"):
+        losses.soft_distillation_loss(student, teacher[..., :5], 1.0)
+
+
+def test_soft_distillation_gradient_scale_does_not_vanish_with_temperature():
+    """Why T²: without it the gradient shrinks like 1/T²; with it, it tends to a constant (Hinton et al., 2015)."""
+    g = torch.Generator().manual_seed(1)
+    teacher = torch.randn(64, 11, generator=g)
+    norms = {}
+    for t in (1.0, 4.0, 16.0):
+        student = torch.zeros(64, 11, requires_grad=True)
+        losses.soft_distillation_loss(student, teacher, t).backward()
+        norms[t] = student.grad.norm().item()
+    assert 0.5 < norms[16.0] / norms[4.0] < 2.0
