@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from .data import THINK_OPEN, column_steps, to_messages
+from .data import THINK_OPEN, to_messages
 from .evaluation import chat_prompt, score_completions
 from .generation import generate, sample_completions
 from .rewards import extract_think, is_correct, is_well_formatted, step_language_share
@@ -102,7 +102,7 @@ def rejection_sample(model, tokenizer, problems: list[dict], num_samples: int = 
     "wrong_steps"}``: ``several_kept`` counts problems with two or more kept answers,
     ``with_choice`` those among them whose kept answers differ, ``rm_changed`` those where the
     reward model picked another answer than the first, and ``wrong_steps`` the kept rows whose
-    think block is not the problem's true column working (problems with ``a`` and ``b``):
+    think block is not the true working of the problem's reference ``completion`` (if it has one):
     verified means the *answer* is right, not the reasoning.
     """
     if num_samples < 1:
@@ -133,8 +133,8 @@ def rejection_sample(model, tokenizer, problems: list[dict], num_samples: int = 
         several += len(kept) > 1
         with_choice += len({texts[j] for j in kept}) > 1
         rm_changed += texts[best] != texts[kept[0]]
-        if "a" in problem and "b" in problem:
-            wrong_steps += extract_think(texts[best]) != f"{column_steps(problem['a'], problem['b'])}, so {problem['answer']}"
+        if "completion" in problem:   # the data set's reference answer: its think block is the true working
+            wrong_steps += extract_think(texts[best]) != extract_think(problem["completion"])
         rows.append({"messages": to_messages(problem["question"], texts[best])})
     n = len(problems)
     stats = {"problems": n, "samples": n * num_samples, "sample_accuracy": n_right / max(n * num_samples, 1),

@@ -80,7 +80,8 @@ def test_rejection_sample_from_r1_zero_puts_the_tag_back(tokenizer, monkeypatch)
 
 
 def test_rejection_sample_counts_right_answers_with_wrong_steps(tokenizer, monkeypatch):
-    problems = [{"question": "What is 23 plus 45?", "answer": "68", "a": 23, "b": 45}] * 2
+    problems = [{"question": "What is 23 plus 45?", "answer": "68",
+                 "completion": "<think>3 + 5 = 8, 2 + 4 + 0 = 6, so 68</think><answer>68</answer>"}] * 2
     texts = ["<think>3 + 5 = 8, 2 + 4 + 0 = 6, so 68</think><answer>68</answer>",   # the true working
              "<think>4 + 4 = 8, 1 + 5 + 0 = 6, so 68</think><answer>68</answer>"]   # right answer, wrong steps
     monkeypatch.setattr(r1, "sample_completions", _fake_sampler(texts, 1))
