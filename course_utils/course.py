@@ -70,8 +70,9 @@ NOTEBOOKS = [
     NotebookInfo("08", "r1_pipeline", "The DeepSeek-R1 recipe, every stage run", "R1 pipeline",
                  "R1-Zero from the base; cold start, reasoning RL with a consistency reward, rejection sampling, SFT "
                  "with non-reasoning data, RL again; what R1 dropped", 8),
-    NotebookInfo("09", "distillation", "Distillation", "Distillation",
-                 "teacher and student, soft and hard labels, temperature, distilling reasoning", None, built=False),
+    NotebookInfo("09", "distillation", "Distillation: a student a sixth the teacher's size", "Distillation",
+                 "soft and hard labels, temperature, T²·KL and the generalised JSD; sequence-level (R1-Distill), "
+                 "logit (GKD, off- and on-policy) and hidden-state distillation", 3),
     NotebookInfo("10", "inference_scaling", "Inference-time scaling", "Inference scaling",
                  "spending compute at test time: pass@k, majority vote, best-of-n with a reward model, a process "
                  "reward model in miniature, a generative reward model",
@@ -235,6 +236,22 @@ GLOSSARY: dict[str, tuple[str, str]] = {
     "teacher / student model": ("教师模型/学生模型", "the model imitated / the model that imitates"),
     "soft label / hard label": ("软标签/硬标签", "teacher's distribution / the ground-truth one-hot label"),
     "temperature": ("温度", "divides logits before softmax: >1 flattens, <1 sharpens"),
+    "dark knowledge": ("暗知识", "what a teacher's probabilities on wrong answers say about which answers are nearly "
+                       "right; a hard label carries none of it"),
+    "sequence-level distillation": ("序列级蒸馏（用教师生成的数据做SFT）", "SFT of the student on answers the teacher "
+                                    "wrote; works across tokenizers and through an API (R1-Distill)"),
+    "logit distillation": ("logits蒸馏（对齐概率分布）", "the student matches the teacher's next-token distribution at "
+                           "each position (a KL or JSD); needs the same tokenizer"),
+    "forward / reverse KL": ("前向KL/反向KL", "KL(teacher ‖ student) covers every mode of the teacher; KL(student ‖ "
+                             "teacher) lets the student pick one mode and fit it"),
+    "generalised JSD": ("广义JS散度", "β·KL(p‖m) + (1−β)·KL(q‖m) with m = βp + (1−β)q; GKD's and TRL's distillation "
+                        "loss, β = 0 / 1 taken as forward / reverse KL"),
+    "on-policy distillation (GKD)": ("在线策略蒸馏（GKD）", "the student samples its own answers and the teacher scores "
+                                     "every token of them; aims to correct the student's own mistakes"),
+    "exposure bias": ("曝光偏差", "a model trained only on reference prefixes meets its own, unseen prefixes at test "
+                      "time, and one early error compounds"),
+    "intermediate-layer distillation": ("中间层蒸馏", "the student's (projected) hidden states are trained to match "
+                                        "the teacher's at chosen layers (FitNets, TinyBERT)"),
     "LoRA / PEFT": ("低秩适配/参数高效微调", "train small low-rank adapters instead of all weights"),
     "gradient / detach": ("梯度/梯度截断（停止梯度）", "x - x.detach() has value 0 and gradient 1"),
     "held-out set": ("留出集（测试集）", "examples kept out of all training and used only to measure"),

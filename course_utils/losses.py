@@ -6,6 +6,8 @@ Shapes: ``B`` batch, ``T`` sequence length, ``V`` vocabulary.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -385,8 +387,9 @@ def soft_distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.T
               \\quad p^T = \\mathrm{softmax}(z_\\text{teacher}/T),\\ q^T = \\mathrm{softmax}(z_\\text{student}/T)
 
     Logits are ``(..., vocab)``; ``mask`` (``(...)``, 1 = counts) picks the positions, all
-    of them if None. The T² keeps the gradient's size independent of T (the soft targets'
-    gradient shrinks as 1/T²). The teacher's logits are detached: only the student learns.
+    of them if None. The T² keeps the gradient's size roughly independent of T (without it,
+    the soft targets' gradient shrinks like 1/T² once T is large compared with the logit
+    gaps). The teacher's logits are detached: only the student learns.
     TRL's ``GKDTrainer.generalized_jsd_loss`` with ``beta=0`` is the same KL without the T².
     """
     if temperature <= 0:
@@ -400,3 +403,74 @@ def soft_distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.T
     if mask is None:
         mask = torch.ones_like(kl)
     return temperature ** 2 * masked_mean(kl, mask.to(kl.dtype))
+
+
+def distillation_mix_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, labels: torch.Tensor,
+                          alpha: float, temperature: float = 1.0) -> torch.Tensor:
+    """Hinton's mix: ``alpha`` · soft-label loss + (1 − ``alpha``) · hard-label cross-entropy.
+
+    .. math:: \\mathcal{L} = \\alpha\\,T^2\\,\\mathrm{KL}(p^T \\| q^T) + (1-\\alpha)\\,\\mathrm{CE}(y, q)
+
+    ``labels`` ``(B, T)`` as for :func:`sft_loss` (-100 off the answer); logits ``(B, T, V)``
+    unshifted. Both terms are averaged over the same answer positions (shifted, so
+    position t predicts token t+1); the cross-entropy uses the student at temperature 1.
+    """
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
+    mask = (labels[:, 1:] != -100)
+    soft = soft_distillation_loss(student_logits[:, :-1], teacher_logits[:, :-1], temperature, mask)
+    return alpha * soft + (1 - alpha) * sft_loss(student_logits, labels)
+
+
+def generalized_jsd(student_logits: torch.Tensor, teacher_logits: torch.Tensor, beta: float,
+                    temperature: float = 1.0, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The divergence GKD and TRL's distillation trainers minimise, mean over (masked) positions.
+
+    With ``p`` the teacher's and ``q`` the student's softmax at temperature T:
+    ``beta = 0`` gives the forward KL(p ‖ q) (mode-covering), ``beta = 1`` the reverse
+    KL(q ‖ p) (mode-seeking), and 0 < ``beta`` < 1 the generalised Jensen-Shannon divergence
+
+    .. math:: \\mathrm{JSD}_\\beta = \\beta\\,\\mathrm{KL}(p \\| m) + (1-\\beta)\\,\\mathrm{KL}(q \\| m),
+              \\quad m = \\beta p + (1-\\beta) q .
+
+    As in TRL (and unlike :func:`soft_distillation_loss`) there is no T² factor. The teacher is detached.
+    """
+    if not 0.0 <= beta <= 1.0:
+        raise ValueError(f"beta must lie in [0, 1], got {beta}")
+    log_q = F.log_softmax(student_logits / temperature, dim=-1)
+    log_p = F.log_softmax(teacher_logits.detach() / temperature, dim=-1)
+
+    def kl(log_a, log_b):                                                   # KL(a || b) per position
+        return (log_a.exp() * (log_a - log_b)).sum(-1)
+
+    if beta == 0.0:
+        div = kl(log_p, log_q)
+    elif beta == 1.0:
+        div = kl(log_q, log_p)
+    else:
+        log_m = torch.logsumexp(torch.stack([log_p + math.log(beta), log_q + math.log(1 - beta)]), dim=0)
+        div = beta * kl(log_p, log_m) + (1 - beta) * kl(log_q, log_m)
+    if mask is None:
+        mask = torch.ones_like(div)
+    return masked_mean(div, mask.to(div.dtype))
+
+
+def hidden_state_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor,
+                      mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Intermediate-layer distillation: mean squared error between (projected) student and teacher states.
+
+    .. math:: \\mathcal{L} = \\frac{1}{|M|}\\sum_{t\\in M} \\frac{\\lVert W h^s_t - h^t_t \\rVert^2}
+              {\\lVert h^t_t \\rVert^2 + \\epsilon}
+
+    Both ``(B, T, D)``: the caller applies the projection ``W`` that lifts the student's
+    width to the teacher's. Each position's error is divided by the teacher state's
+    squared norm, so layers of different scale weigh alike. The teacher is detached.
+    """
+    if student_hidden.shape != teacher_hidden.shape:
+        raise ValueError(f"student states {tuple(student_hidden.shape)} and teacher states "
+                         f"{tuple(teacher_hidden.shape)} differ: project the student's first")
+    target = teacher_hidden.detach()
+    err = ((student_hidden - target) ** 2).sum(-1) / ((target ** 2).sum(-1) + 1e-6)
+    if mask is None:
+        mask = torch.ones_like(err)
+    return masked_mean(err, mask.to(err.dtype))

@@ -19,7 +19,7 @@ from .compat import install_trl_cpu_fallback
 from .data import load_jsonl, preference_rows, sft_rows
 from .evaluation import evaluate_arithmetic
 from .profile import Profile
-from .recipes import DPORecipe, GRPORecipe, PretrainRecipe, RewardRecipe, SFTRecipe
+from .recipes import DistillRecipe, DPORecipe, GRPORecipe, PretrainRecipe, RewardRecipe, SFTRecipe
 
 
 def _schedule(recipe, logging_steps: int) -> dict:
@@ -185,6 +185,34 @@ def grpo_trainer(model, tokenizer, profile: Profile, recipe: GRPORecipe, output_
     return GRPOTrainer(model=model, reward_funcs=list(reward_funcs), args=args,
                        train_dataset=Dataset.from_list(train_rows), processing_class=tokenizer,
                        reward_processing_classes=reward_processing_classes, peft_config=peft_config)
+
+
+def gkd_trainer(student, teacher, tokenizer, profile: Profile, recipe: DistillRecipe, output_dir: str | Path,
+                train_rows: list[dict], steps: int, lmbda: float, learning_rate: float, temperature: float = 1.0,
+                logging_steps: int = 10):
+    """TRL ``GKDTrainer`` (``trl.experimental.gkd``): logit distillation of ``teacher`` into ``student``.
+
+    Each step, with probability ``lmbda``, the student samples the batch's answers at
+    ``temperature`` (on-policy); otherwise the rows' own answers are used (off-policy).
+    The loss is ``recipe.beta``'s generalised JSD between teacher and student over every
+    answer token and the whole vocabulary, at temperature 1 (GKD's ``temperature`` only
+    samples). ``train_rows`` are ``{"messages"}`` chats; for on-policy steps only their
+    prompts matter. TRL 1.15's stable ``DistillationTrainer`` (on-policy only) computes
+    its loss with a Triton kernel and has no CPU path, hence GKD here.
+    """
+    import os
+    from datasets import Dataset
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # GKD lives in trl.experimental, which warns on import
+    from trl.experimental.gkd import GKDConfig, GKDTrainer
+    install_trl_cpu_fallback()
+    args = GKDConfig(
+        output_dir=str(output_dir),
+        **profile.trainer_kwargs(max_steps=steps, per_device_train_batch_size=recipe.batch_size,
+                                 learning_rate=learning_rate, lr_scheduler_type="cosine",
+                                 warmup_steps=max(1, steps // 20), logging_steps=logging_steps),
+        lmbda=lmbda, beta=recipe.beta, temperature=temperature, max_new_tokens=recipe.max_new_tokens)
+    return GKDTrainer(model=student, teacher_model=teacher, args=args, train_dataset=Dataset.from_list(train_rows),
+                      processing_class=tokenizer)
 
 
 class AccuracyCallback(TrainerCallback):

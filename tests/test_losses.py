@@ -151,3 +151,88 @@ def test_soft_distillation_gradient_scale_does_not_vanish_with_temperature():
         losses.soft_distillation_loss(student, teacher, t).backward()
         norms[t] = student.grad.norm().item()
     assert 0.5 < norms[16.0] / norms[4.0] < 2.0
+
+
+def _reference_jsd(student, teacher, beta, temperature, mask):
+    """Plain float64 loops: the generalised JSD per position, mean over mask (beta 0 / 1 exact KLs)."""
+    s = (student.double() / temperature).log_softmax(-1).exp()
+    t = (teacher.double() / temperature).log_softmax(-1).exp()
+    total, count = 0.0, 0
+    for idx in torch.nonzero(mask):
+        p, q = t[tuple(idx)], s[tuple(idx)]
+        if beta == 0:
+            d = float((p * (p / q).log()).sum())
+        elif beta == 1:
+            d = float((q * (q / p).log()).sum())
+        else:
+            m = beta * p + (1 - beta) * q
+            d = float(beta * (p * (p / m).log()).sum() + (1 - beta) * (q * (q / m).log()).sum())
+        total, count = total + d, count + 1
+    return total / count
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("beta", [0.0, 0.1, 0.5, 0.9, 1.0])
+@pytest.mark.parametrize("temperature", [1.0, 2.0])
+def test_generalized_jsd_matches_a_reference_and_trl(dtype, beta, temperature):
+    import os
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from trl.experimental.gkd import GKDTrainer
+    g = torch.Generator().manual_seed(2)
+    student = torch.randn(3, 5, 11, generator=g, dtype=dtype) * 2
+    teacher = torch.randn(3, 5, 11, generator=g, dtype=dtype) * 2
+    mask = (torch.rand(3, 5, generator=g) > 0.3).long()
+    ours = losses.generalized_jsd(student, teacher, beta, temperature, mask)
+    assert ours.dtype == dtype
+    torch.testing.assert_close(ours.double(), torch.tensor(_reference_jsd(student, teacher, beta, temperature, mask),
+                                                           dtype=torch.float64), rtol=1e-5, atol=1e-6)
+    labels = torch.where(mask.bool(), torch.zeros_like(mask), torch.full_like(mask, -100))
+    theirs = GKDTrainer.generalized_jsd_loss(student, teacher, labels=labels, beta=beta, temperature=temperature)
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_generalized_jsd_properties():
+    student = torch.randn(2, 4, 7, requires_grad=True)
+    teacher = torch.randn(2, 4, 7, requires_grad=True)
+    for beta in (0.0, 0.5, 1.0):
+        assert losses.generalized_jsd(teacher.detach(), teacher.detach(), beta) < 1e-6
+    # beta = 0 is the soft-distillation KL without T^2
+    torch.testing.assert_close(losses.generalized_jsd(student, teacher, 0.0, 3.0),
+                               losses.soft_distillation_loss(student, teacher, 3.0) / 9.0)
+    loss = losses.generalized_jsd(student, teacher, 0.5)
+    loss.backward()
+    assert student.grad is not None and teacher.grad is None
+    with pytest.raises(ValueError, match="beta"):
+        losses.generalized_jsd(student, teacher, 1.5)
+
+
+def test_distillation_mix_loss_interpolates_soft_and_hard():
+    g = torch.Generator().manual_seed(3)
+    student = torch.randn(2, 6, 9, generator=g)
+    teacher = torch.randn(2, 6, 9, generator=g)
+    labels = torch.randint(0, 9, (2, 6), generator=g)
+    labels[:, :2] = -100                                   # prompt positions
+    mask = labels[:, 1:] != -100
+    soft = losses.soft_distillation_loss(student[:, :-1], teacher[:, :-1], 2.0, mask)
+    hard = losses.sft_loss(student, labels)
+    torch.testing.assert_close(losses.distillation_mix_loss(student, teacher, labels, 1.0, 2.0), soft)
+    torch.testing.assert_close(losses.distillation_mix_loss(student, teacher, labels, 0.0, 2.0), hard)
+    torch.testing.assert_close(losses.distillation_mix_loss(student, teacher, labels, 0.3, 2.0), 0.3 * soft + 0.7 * hard)
+    with pytest.raises(ValueError, match="alpha"):
+        losses.distillation_mix_loss(student, teacher, labels, -0.1)
+
+
+def test_hidden_state_loss():
+    g = torch.Generator().manual_seed(4)
+    teacher = torch.randn(2, 5, 8, generator=g)
+    assert losses.hidden_state_loss(teacher, teacher) < 1e-9
+    assert abs(float(losses.hidden_state_loss(torch.zeros(2, 5, 8), teacher)) - 1.0) < 1e-5   # relative error of 0
+    scaled = losses.hidden_state_loss(2 * teacher, teacher)                                   # error = |h|^2 / |h|^2
+    assert abs(float(scaled) - 1.0) < 1e-5
+    mask = torch.zeros(2, 5)
+    mask[0, 0] = 1
+    student = torch.randn(2, 5, 8, generator=g, requires_grad=True)
+    expected = ((student[0, 0] - teacher[0, 0]) ** 2).sum() / ((teacher[0, 0] ** 2).sum() + 1e-6)
+    torch.testing.assert_close(losses.hidden_state_loss(student, teacher, mask), expected)
+    with pytest.raises(ValueError, match="project"):
+        losses.hidden_state_loss(torch.zeros(2, 5, 4), teacher)

@@ -1,0 +1,92 @@
+"""Notebook 09's helpers: the student, the teacher's answers as data, hidden-state matching, the GKD trainer."""
+import pytest
+import torch
+
+from course_utils import data, distill, losses, training
+from course_utils.modeling import build_model, count_parameters
+from course_utils.profile import get_profile
+from course_utils.recipes import recipe_for
+
+
+@pytest.fixture(scope="module")
+def models(tokenizer):
+    teacher = build_model(tokenizer, seed=0).eval()                     # the course's default size, random weights
+    student = distill.build_student(tokenizer, seed=0)
+    return teacher, student
+
+
+def test_student_is_at_most_a_quarter_of_the_default_model(tokenizer, models):
+    teacher, student = models
+    assert count_parameters(student)["total"] <= count_parameters(teacher)["total"] / 4
+    assert student.config.vocab_size == teacher.config.vocab_size
+    wider = distill.build_student(tokenizer, seed=0, layers=3)
+    assert wider.config.num_hidden_layers == 3 and wider.config.hidden_size == distill.STUDENT_SHAPE["hidden_size"]
+
+
+def test_teacher_rows_keep_only_the_question(tokenizer, models):
+    teacher, _ = models
+    problems = data.load_jsonl("arithmetic", "train", n=6)
+    rows, stats = distill.teacher_rows(teacher, tokenizer, problems, max_new_tokens=8)
+    assert len(rows) == 6 and stats["problems"] == 6
+    for row, p in zip(rows, problems):
+        assert [m["role"] for m in row["messages"]] == ["user", "assistant"]
+        assert row["messages"][0]["content"] == p["question"]
+    assert 0.0 <= stats["teacher_correct"] <= 1.0 and 0.0 <= stats["identical_to_reference"] <= 1.0
+    rows, stats = distill.teacher_rows(teacher, tokenizer, [{"question": p["question"]} for p in problems],
+                                       max_new_tokens=4)
+    assert set(stats) == {"problems"}                                   # no references, no comparison
+    with pytest.raises(ValueError, match="at least one"):
+        distill.teacher_rows(teacher, tokenizer, [])
+
+
+def test_encode_rows_labels_are_the_answer(tokenizer):
+    rows = data.sft_rows("train", n=3)
+    ids, attention, labels = distill.encode_rows(tokenizer, rows)
+    assert ids.shape == attention.shape == labels.shape
+    for i, row in enumerate(rows):
+        answer = tokenizer.decode(labels[i][labels[i] != -100])
+        assert answer.startswith(row["messages"][1]["content"])
+        assert int(attention[i].sum()) == int((ids[i] != tokenizer.pad_token_id).sum())
+
+
+def test_train_hidden_matching(tokenizer, models):
+    teacher, _ = models
+    rows = data.sft_rows("train", n=8)
+    for weight in (0.0, 1.0):
+        student = distill.build_student(tokenizer, seed=1)
+        before = [p.detach().clone() for p in student.parameters()]
+        out = distill.train_hidden_matching(student, teacher, tokenizer, rows, steps=3, learning_rate=1e-3,
+                                            hidden_weight=weight, layer_map={1: 2, 2: 4}, batch_size=4, seed=0)
+        assert len(out["loss"]) == len(out["hidden_loss"]) == 3 and out["seconds"] > 0
+        assert all(torch.isfinite(torch.tensor(out["loss"])))
+        assert (max(out["hidden_loss"]) > 0) == (weight > 0)
+        assert any(not torch.equal(a, b) for a, b in zip(before, student.parameters()))
+        assert not student.training
+    with pytest.raises(ValueError, match="outside"):
+        distill.train_hidden_matching(distill.build_student(tokenizer, seed=1), teacher, tokenizer, rows, steps=1,
+                                      learning_rate=1e-3, hidden_weight=1.0, layer_map={3: 1})
+
+
+@pytest.mark.parametrize("lmbda", [0.0, 1.0])
+def test_gkd_trainer_runs_off_and_on_policy(tokenizer, models, tmp_path, lmbda):
+    teacher, _ = models
+    student = distill.build_student(tokenizer, seed=2)
+    profile = get_profile("cpu-tiny", seed=0)
+    recipe = recipe_for("distill", profile, max_new_tokens=8, batch_size=4)
+    rows = data.sft_rows("train", n=8)
+    before = [p.detach().clone() for p in student.parameters()]
+    trainer = training.gkd_trainer(
+        student, teacher, tokenizer, profile, recipe, tmp_path, rows, steps=2, lmbda=lmbda, learning_rate=1e-3,
+        temperature=0.5, logging_steps=1)
+    assert trainer.args.beta == recipe.beta and trainer.lmbda == lmbda and not trainer.args.bf16
+    trainer.train()
+    assert any(not torch.equal(a, b) for a, b in zip(before, student.parameters()))
+    assert all(torch.isfinite(torch.tensor(h["loss"])) for h in trainer.state.log_history if "loss" in h)
+
+
+def test_distill_recipe_is_registered():
+    profile = get_profile("cpu-tiny", seed=0)
+    recipe = recipe_for("distill", profile)
+    assert recipe.beta in (0.0, 1.0) or 0 < recipe.beta < 1
+    assert recipe.seq_steps > 0 and recipe.final_steps > 0 and recipe.onpolicy_steps > 0
+    assert losses.generalized_jsd  # the loss the recipe's beta selects
