@@ -241,7 +241,8 @@ GLOSSARY: dict[str, tuple[str, str]] = {
     "sequence-level distillation": ("序列级蒸馏（用教师生成的数据做SFT）", "SFT of the student on answers the teacher "
                                     "wrote; works across tokenizers and through an API (R1-Distill)"),
     "logit distillation": ("logits蒸馏（对齐概率分布）", "the student matches the teacher's next-token distribution at "
-                           "each position (a KL or JSD); needs the same tokenizer"),
+                           "each position (a KL or JSD); needs a shared vocabulary (cross-tokenizer variants such as ULD "
+                           "aside)"),
     "forward / reverse KL": ("前向KL/反向KL", "KL(teacher ‖ student) covers every mode of the teacher; KL(student ‖ "
                              "teacher) lets the student pick one mode and fit it"),
     "generalised JSD": ("广义JS散度", "β·KL(p‖m) + (1−β)·KL(q‖m) with m = βp + (1−β)q; GKD's and TRL's distillation "
