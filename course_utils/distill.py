@@ -9,14 +9,14 @@ PyTorch loop: the same cross-entropy on the teacher's answers, plus
 """
 from __future__ import annotations
 
-import math
 import time
 
 import torch
 from torch import nn
+from transformers import get_cosine_schedule_with_warmup
 
 from .data import to_messages
-from .evaluation import chat_prompt
+from .evaluation import chat_prompt, encode_chat
 from .generation import generate
 from .losses import hidden_state_loss, sft_loss
 from .modeling import build_model
@@ -61,24 +61,16 @@ def encode_rows(tokenizer, rows: list[dict]) -> tuple[torch.Tensor, torch.Tensor
     The answer is everything the chat template renders after the prompt (the
     end-of-turn tokens included), as TRL's ``assistant_only_loss`` trains it.
     """
-    encoded = []
-    for row in rows:
-        prompt = chat_prompt(tokenizer, row["messages"][0]["content"])
-        full = tokenizer.apply_chat_template(row["messages"], tokenize=False)
-        if not full.startswith(prompt):
-            raise ValueError("the chat template does not render the prompt as a prefix of the full chat")
-        p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        a_ids = tokenizer(full[len(prompt):], add_special_tokens=False)["input_ids"]
-        encoded.append((p_ids, a_ids))
-    width = max(len(p) + len(a) for p, a in encoded)
+    encoded = [encode_chat(tokenizer, row["messages"][:1], row["messages"][1:]) for row in rows]
+    width = max(len(ids) for ids, _ in encoded)
     input_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
     attention = torch.zeros_like(input_ids)
     labels = torch.full_like(input_ids, -100)
-    for i, (p, a) in enumerate(encoded):
-        ids = torch.tensor(p + a)
+    for i, (ids, n_prompt) in enumerate(encoded):
+        ids = torch.tensor(ids)
         input_ids[i, :len(ids)] = ids
         attention[i, :len(ids)] = 1
-        labels[i, len(p):len(ids)] = ids[len(p):]
+        labels[i, n_prompt:len(ids)] = ids[n_prompt:]
     return input_ids, attention, labels
 
 
@@ -105,9 +97,7 @@ def train_hidden_matching(student, teacher, tokenizer, rows: list[dict], steps: 
     input_ids, attention, labels = encode_rows(tokenizer, rows)
     params = list(student.parameters()) + list(projections.parameters())
     optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=0.0)
-    warmup = max(1, steps // 20)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: min((k + 1) / warmup, 0.5 * (
-        1 + math.cos(math.pi * min(1.0, max(0, k - warmup) / max(1, steps - warmup))))))
+    schedule = get_cosine_schedule_with_warmup(optimizer, max(1, steps // 20), steps)   # as the TRL runs use
     generator = torch.Generator().manual_seed(seed)
     teacher.eval()
     student.train()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from .data import to_messages
-from .evaluation import chat_prompt
+from .evaluation import chat_prompt, encode_chat
 from .generation import eval_mode, sample_completions
 from .losses import completion_logps, dpo_loss, ipo_loss
 from .rewards import is_correct
@@ -68,17 +68,6 @@ def self_generated_pairs(model, tokenizer, problems: list[dict], samples_per_pro
     return rows, stats
 
 
-def _encode(tokenizer, prompt_messages, answer_messages) -> tuple[list[int], int]:
-    """Token ids of the whole chat and the prompt's length (the completion is the rest, as in TRL)."""
-    prompt = tokenizer.apply_chat_template(prompt_messages, tokenize=False, add_generation_prompt=True)
-    full = tokenizer.apply_chat_template(prompt_messages + answer_messages, tokenize=False)
-    if not full.startswith(prompt):
-        raise ValueError("the chat template does not render the prompt as a prefix of the full chat")
-    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    completion_ids = tokenizer(full[len(prompt):], add_special_tokens=False)["input_ids"]
-    return prompt_ids + completion_ids, len(prompt_ids)
-
-
 @torch.no_grad()
 def pair_logps(model, tokenizer, rows: list[dict], average: bool = False,
                batch_size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
@@ -91,7 +80,7 @@ def pair_logps(model, tokenizer, rows: list[dict], average: bool = False,
     sequences = []
     for row in rows:
         for key in ("chosen", "rejected"):
-            sequences.append(_encode(tokenizer, row["prompt"], row[key]))
+            sequences.append(encode_chat(tokenizer, row["prompt"], row[key]))
     values = []
     with eval_mode(model):
         device = next(model.parameters()).device

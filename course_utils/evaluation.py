@@ -29,6 +29,17 @@ def chat_prompt(tokenizer, question: str) -> str:
     return tokenizer.apply_chat_template(to_messages(question), tokenize=False, add_generation_prompt=True)
 
 
+def encode_chat(tokenizer, prompt_messages, answer_messages) -> tuple[list[int], int]:
+    """Token ids of the whole chat and the prompt's length (the completion is the rest, as in TRL)."""
+    prompt = tokenizer.apply_chat_template(prompt_messages, tokenize=False, add_generation_prompt=True)
+    full = tokenizer.apply_chat_template(prompt_messages + answer_messages, tokenize=False)
+    if not full.startswith(prompt):
+        raise ValueError("the chat template does not render the prompt as a prefix of the full chat")
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    completion_ids = tokenizer(full[len(prompt):], add_special_tokens=False)["input_ids"]
+    return prompt_ids + completion_ids, len(prompt_ids)
+
+
 def heldout_problems(split: str = "test", n: int = 300) -> list[dict]:
     """The first ``n`` problems of ``split``, refusing evaluation sets too small to trust."""
     if n < MIN_EVAL_SIZE:
