@@ -74,9 +74,9 @@ NOTEBOOKS = [
                  "soft and hard labels, temperature, T²·KL and the generalised JSD; sequence-level (R1-Distill), "
                  "logit (GKD, off- and on-policy) and hidden-state distillation", 3),
     NotebookInfo("10", "inference_scaling", "Inference-time scaling", "Inference scaling",
-                 "spending compute at test time: pass@k, majority vote, best-of-n with a reward model, a process "
-                 "reward model in miniature, a generative reward model",
-                 None, built=False),
+                 "spending compute at test time: pass@N, majority vote, best-of-N with a reward model, votes over "
+                 "paraphrases, a process reward model in miniature, a DeepSeek-GRM-style generative judge with a meta RM",
+                 4),
     NotebookInfo("11", "qwen3_grpo_unsloth_vllm", "Qwen3 GRPO with unsloth and vLLM", "Qwen3 GRPO (GPU)",
                  "GRPO with LoRA on a real Qwen3, generation by vLLM (GPU only)", None, built=False),
 ]
@@ -253,6 +253,22 @@ GLOSSARY: dict[str, tuple[str, str]] = {
                       "time, and one early error compounds"),
     "intermediate-layer distillation": ("中间层蒸馏", "the student's (projected) hidden states are trained to match "
                                         "the teacher's at chosen layers (FitNets, TinyBERT)"),
+    "inference-time scaling": ("推理时扩展", "more computation per question at inference (more samples, search, a "
+                               "judge that thinks longer) with no parameter changed"),
+    "self-consistency (majority vote)": ("自洽性（多数投票）", "sample several answers and return the commonest final "
+                                         "answer; helps only where mistakes disagree"),
+    "best-of-N": ("N选一（最优采样）", "sample N answers and return the one a scorer (reward model, verifier) ranks "
+                  "highest"),
+    "generative reward model (GRM)": ("生成式奖励模型", "a reward model that writes its judgement (principles, "
+                                      "critique, score) as text; DeepSeek-GRM"),
+    "principle / critique": ("准则/批判", "the criteria a generative judge sets for a question / its text judging an "
+                             "answer against them"),
+    "SPCT": ("自我原则批判调优", "Self-Principled Critique Tuning: rejective fine-tuning then rule-based online RL that "
+             "teach a GRM to write principles and critiques"),
+    "meta reward model": ("元奖励模型", "a classifier that scores a generative RM's judgements, so that only trusted "
+                          "ones vote"),
+    "beam search": ("束搜索", "keep the few best partial outputs at each step and extend only those (by likelihood, or "
+                    "by a PRM's step scores)"),
     "LoRA / PEFT": ("低秩适配/参数高效微调", "train small low-rank adapters instead of all weights"),
     "gradient / detach": ("梯度/梯度截断（停止梯度）", "x - x.detach() has value 0 and gradient 1"),
     "held-out set": ("留出集（测试集）", "examples kept out of all training and used only to measure"),

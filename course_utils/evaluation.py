@@ -113,6 +113,16 @@ def evaluate_arithmetic(model, tokenizer, split: str = "test", n: int = 300, max
     return result
 
 
+def wilson_interval(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a proportion (better than p +- 2 SE near 0 or 1)."""
+    if n <= 0:
+        raise ValueError(f"n must be positive, got {n}")
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
 def pass_at_k_estimator(num_samples: int, num_correct: int, k: int) -> float:
     """Unbiased pass@k from ``num_correct`` right answers among ``num_samples`` (Chen et al., 2021).
 

@@ -183,3 +183,34 @@ def plot_run_panels(histories: Mapping[str, Sequence[Mapping[str, float]]], keys
         fig.suptitle(title)
     fig.tight_layout()
     return fig, axes
+
+
+def plot_accuracy_curves(curves: Mapping[str, Mapping[int, float]], n_problems: int, ax=None, x_scale=1.0,
+                         xlabel: str = "N (answers per question)", title: str = "", baselines=None,
+                         colors: Mapping[str, str] | None = None):
+    """Accuracy against N, one line per method, each point with its 95% Wilson interval.
+
+    ``curves`` maps a method to ``{N: accuracy}``; ``x_scale`` multiplies N (e.g. by the
+    mean tokens per answer, to plot against generated tokens; a mapping gives one factor
+    per method); ``baselines`` maps a label to a flat line (e.g. greedy decoding);
+    ``colors`` keeps a method's colour the same across plots.
+    """
+    from .evaluation import wilson_interval
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.6))
+    ax.set_xscale("log", base=2)
+    for name, points in curves.items():
+        ns = sorted(points)
+        acc = np.array([points[n] for n in ns])
+        lo, hi = zip(*(wilson_interval(a * n_problems, n_problems) for a in acc))
+        scale = x_scale[name] if isinstance(x_scale, Mapping) else x_scale
+        ax.errorbar(np.array(ns, dtype=float) * scale, acc, yerr=[acc - np.array(lo), np.array(hi) - acc],
+                    marker="o", ms=3, capsize=2, label=name, color=(colors or {}).get(name))
+    for label, value in (baselines or {}).items():
+        ax.axhline(value, ls="--", color="grey", lw=1)
+        ax.annotate(label, xy=(0.01, value), xycoords=("axes fraction", "data"), xytext=(2, 3),
+                    textcoords="offset points", fontsize=8, color="grey")
+    ax.set(xlabel=xlabel, ylabel="accuracy", title=title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return ax

@@ -284,6 +284,55 @@ class DistillRecipe:
                            "batch_size": 16}
 
 
+@dataclass(frozen=True)
+class ScalingRecipe:
+    """Inference-time scaling: many answers per question, and three kinds of judge trained for it (notebook 10)."""
+
+    samples: int = 16
+    """answers sampled per held-out question; every curve reads the first N of them (N = 1, 2, 4, ... up to this)"""
+    temperature: float = 0.8
+    """sampling temperature of those answers (in trial runs at 0.5 the vote gained only 1-14 points over one sample)"""
+    paraphrases: int = 8
+    """wordings of each held-out question answered greedily, for the vote over paraphrases"""
+    prm_problems: int = 1500
+    """train problems with one labelled answer each (right, misread, slipped or contradicting) for the PRM"""
+    prm_steps: int = 120
+    """optimizer steps of the PRM (a token classifier on the sft backbone)"""
+    prm_learning_rate: float = 1e-3
+    """peak learning rate of the PRM (cosine)"""
+    beam_width: int = 2
+    """partial answers the PRM beam search keeps per question after each step"""
+    beam_expand: int = 2
+    """next steps sampled from each kept partial answer (the first round samples width x expand first steps)"""
+    max_step_tokens: int = 16
+    """tokens generated per beam-search round (the longest step with its separators is 14 tokens; the rest is cut)"""
+    grm_pairs: int = 1000
+    """train preference pairs whose two answers the judge learns to critique (2 chats per pair)"""
+    grm_steps: int = 150
+    """SFT steps of the generative judge, from the sft stage"""
+    grm_learning_rate: float = 1e-3
+    """peak learning rate of the judge's SFT (cosine)"""
+    grm_k: int = 8
+    """critiques sampled per answer at inference; the curves read the first k"""
+    grm_temperature: float = 1.0
+    """sampling temperature of the critiques (a vote needs critiques that differ)"""
+    grm_eval_pairs: int = 150
+    """held-out preference pairs the judges are scored on"""
+    meta_pairs: int = 1000
+    """(right critique, wrong critique) pairs the meta reward model trains on, from train pairs the judge did not see"""
+    meta_steps: int = 30
+    """Bradley-Terry steps of the meta reward model (TRL RewardTrainer), from the sft backbone"""
+    meta_keep: int = 4
+    """critiques (of the k) the meta reward model lets vote"""
+    batch_size: int = 32
+    """examples per optimizer step in every training run"""
+    max_new_tokens: int = 48
+    """answer length limit of the policy's samples"""
+
+    GPU: ClassVar[dict] = {"samples": 32, "max_new_tokens": 256, "prm_learning_rate": 2e-5,
+                           "grm_learning_rate": 2e-5, "batch_size": 16}
+
+
 DEFAULTS = {
     "pretrain": PretrainRecipe(),
     "sft": SFTRecipe(),
@@ -294,6 +343,7 @@ DEFAULTS = {
     "grpo": GRPORecipe(),
     "r1": R1Recipe(),
     "distill": DistillRecipe(),
+    "scaling": ScalingRecipe(),
 }
 
 
