@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from .data import ANSWER_CLOSE, ANSWER_OPEN, QUESTION_TEMPLATES, NAMES, THINGS, THINK_CLOSE, THINK_OPEN, \
-    format_completion, to_messages
+    column_steps, format_completion, to_messages
 from .evaluation import chat_prompt, think_conclusion, wilson_interval  # noqa: F401 (re-exported)
 from .generation import eval_mode, sample_completions
 from .rewards import extract_answer, extract_think, is_well_formatted, parse_int
@@ -111,10 +111,7 @@ def paraphrase_questions(problem: dict, n: int, rng: random.Random) -> list[str]
 # --------------------------------------------------------------------------- process rewards
 def reference_steps(a: int, b: int) -> list[str]:
     """The four steps of the true working of ``a + b``: ones column, tens column, conclusion, answer."""
-    ones = a % 10 + b % 10
-    tens = a // 10 + b // 10 + ones // 10
-    return [f"{a % 10} + {b % 10} = {ones}", f"{a // 10} + {b // 10} + {ones // 10} = {tens}",
-            f"so {a + b}", f"{ANSWER_OPEN}{a + b}{ANSWER_CLOSE}"]
+    return column_steps(a, b).split(", ") + [f"so {a + b}", f"{ANSWER_OPEN}{a + b}{ANSWER_CLOSE}"]
 
 
 def step_spans(completion: str) -> list[tuple[int, str]]:
@@ -152,6 +149,27 @@ def step_labels(completion: str, a: int, b: int) -> list[int]:
         ok = ok and i < len(ref) and text == ref[i] and (not last or len(spans) == len(ref))
         labels.append(int(ok))
     return labels
+
+
+def first_wrong_step(completion: str, a: int, b: int) -> str:
+    """Where a completion first leaves the true working, in words.
+
+    ``"right"`` if no step is wrong; ``"format"`` if it does not have the four steps;
+    for a column step, whether its digits are the question's (``"added wrongly"``) or
+    not (``"misread a digit"`` — a wrong carry lands here too); else which later step
+    contradicts the working.
+    """
+    labels = step_labels(completion, a, b)
+    if all(labels):
+        return "right"
+    i = labels.index(0)
+    spans = step_spans(completion)
+    if len(spans) != 4:
+        return "format"
+    if i < 2:
+        got, want = spans[i][1].split(" = ")[0], reference_steps(a, b)[i].split(" = ")[0]
+        return ["ones", "tens"][i] + (" column: added wrongly" if got == want else " column: misread a digit")
+    return ["conclusion", "answer"][i - 2] + " contradicts the working"
 
 
 def misread_completion(a: int, b: int, rng: random.Random) -> str:

@@ -70,6 +70,17 @@ def test_step_spans_and_labels():
     assert scaling.step_spans("<think>3 + 5 = 8, 2 + 3")[-1][1] == "2 + 3"    # a partial answer
 
 
+def test_first_wrong_step_names_the_kind_of_mistake():
+    assert scaling.first_wrong_step(data.format_completion(23, 35), 23, 35) == "right"
+    assert scaling.first_wrong_step(data.format_completion(23, 45), 23, 35) == "tens column: misread a digit"
+    assert scaling.first_wrong_step(data.format_completion(24, 35), 23, 35) == "ones column: misread a digit"
+    slip = "<think>3 + 5 = 9, 2 + 3 + 0 = 5, so 59</think><answer>59</answer>"
+    assert scaling.first_wrong_step(slip, 23, 35) == "ones column: added wrongly"
+    assert scaling.first_wrong_step(data.format_completion(23, 35, answer=59), 23, 35) == "answer contradicts the working"
+    assert scaling.first_wrong_step("<answer>58</answer>", 23, 35) == "format"
+    assert scaling.reference_steps(19, 86) == ["9 + 6 = 15", "1 + 8 + 1 = 10", "so 105", "<answer>105</answer>"]
+
+
 def test_misread_completions_are_consistent_and_wrong():
     rng = random.Random(1)
     for _ in range(50):
