@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
 
-.PHONY: install course test lab data clean
+.PHONY: install course test lab data clean drift
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -32,6 +32,26 @@ lab: install
 
 data: install
 	$(PY) -m course_utils.data
+
+# The API-drift test of notebook 11's GPU path, on a CPU machine (not part of `make test`: the environment is
+# ~6.8 GB). PyPI's torchvision / torchaudio / torchcodec, pulled in by unsloth and vllm, are built against CUDA torch
+# and do not load against the CPU wheel (`operator torchvision::nms does not exist`), which breaks even
+# `from trl import GRPOConfig`; they are removed here (a GPU machine keeps them).
+DRIFT_VENV ?= .venv-gpu
+DPY := $(DRIFT_VENV)/bin/python
+
+$(DRIFT_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(DRIFT_VENV)
+	$(DPY) -m pip install --quiet --upgrade pip
+	$(DPY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(DPY) -m pip install --quiet -e ".[dev,gpu]"
+	$(DPY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $@
+
+drift: install $(DRIFT_VENV)/.installed
+	# the gpu extra must resolve over the course environment without moving a core pin (torch included)
+	$(PY) -m pip install --dry-run --quiet ".[gpu]"
+	$(OFFLINE) $(DPY) -m pytest -p no:nbval -o addopts="" -rs tests/test_gpu_drift.py tests/test_capstone.py
 
 clean:
 	rm -rf artifacts build

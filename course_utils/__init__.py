@@ -2,30 +2,33 @@
 
 One module per concern, in pipeline order:
 
-=========== ==========================================================
-paths       where data is read and artifacts are written
-profile     run profiles (cpu-tiny / gpu), seeds, CPU-safe trainer args
-recipes     one recipe object per stage: the single home of its knobs
-data        the tiny world: arithmetic problems, corpus, preference pairs, non-reasoning chats
-modeling    tokenizer training, tiny Qwen3 config, safetensors checkpoints
-training    trainer set-ups built from a recipe: pretraining, SFT, reward model, DPO, SimPO, GRPO
-stages      the stage table, one generic builder, ``load_stage``
-generation  eval mode, greedy generation, sampling with completion masks
-losses      losses as pure functions of tensors; ``completion_logps``
-rewards     verifiable reward functions in TRL's protocol (never raise on model output)
-rl_basics   notebook 04's toy experiments: bandits, cliff walk, IS, MC, MCTS
-evaluation  greedy accuracy, pass@k, failure breakdown, pair accuracy, KL to a reference
-ppo         the course's own PPO (TRL has none since 1.13): one function per phase
-dpo         self-generated preference pairs, implicit-reward accuracy, TRL loss parity
-grpo        GRPO rows, TRL's generation batch, advantage/log-prob/loss parity with TRL
-r1          R1-Zero's prompts, rejection sampling for the cold start and the second SFT
-diagnostics reading an RL run's log history: failure signs and their usual fixes
-plotting    figures; every function returns ``(fig, ax)``
-checks      ``compare`` from-scratch code with the library; ``show_source``
-results     per-notebook metrics -> ``build/RESULTS.md``
-course      the notebook map and the English-Chinese glossary
-compat      CPU fallback for TRL 1.15's Triton-only log-prob kernel
-=========== ==========================================================
+================= ==========================================================
+paths             where data is read and artifacts are written
+profile           run profiles (cpu-tiny / gpu), seeds, CPU-safe trainer args
+recipes           one recipe object per stage: the single home of its knobs
+data              the tiny world: arithmetic problems, corpus, preference pairs, non-reasoning chats
+modeling          tokenizer training, tiny Qwen3 config, safetensors checkpoints
+training          trainer set-ups built from a recipe: pretraining, SFT, reward model, DPO, SimPO, GRPO
+stages            the stage table, one generic builder, ``load_stage``
+generation        eval mode, greedy generation, sampling with completion masks
+losses            losses as pure functions of tensors; ``completion_logps``
+rewards           verifiable reward functions in TRL's protocol (never raise on model output)
+rl_basics         notebook 04's toy experiments: bandits, cliff walk, IS, MC, MCTS
+evaluation        greedy accuracy, pass@k, failure breakdown, pair accuracy, KL to a reference
+ppo               the course's own PPO (TRL has none since 1.13): one function per phase
+dpo               self-generated preference pairs, implicit-reward accuracy, TRL loss parity
+grpo              GRPO rows, TRL's generation batch, advantage/log-prob/loss parity with TRL
+r1                R1-Zero's prompts, rejection sampling for the cold start and the second SFT
+distill           sequence-level, logit (GKD) and hidden-state distillation (notebook 09)
+inference_scaling notebook 10: votes, best-of-N, a PRM and a generative judge
+capstone          notebook 11: the seed's tag template, format priming rows, rewards, GRPO/vLLM configs
+diagnostics       reading an RL run's log history: failure signs and their usual fixes
+plotting          figures; every function returns ``(fig, ax)``
+checks            ``compare`` from-scratch code with the library; ``show_source``
+results           per-notebook metrics -> ``build/RESULTS.md``
+course            the notebook map and the English-Chinese glossary
+compat            CPU fallback for TRL 1.15's Triton-only log-prob kernel
+================= ==========================================================
 
 Importing the package imports nothing heavy: TRL is imported only where a TRL
 trainer is built (so unsloth can be imported first on the GPU path).

@@ -333,6 +333,49 @@ class ScalingRecipe:
                            "grm_learning_rate": 2e-5, "batch_size": 16}
 
 
+
+@dataclass(frozen=True)
+class CapstoneRecipe:
+    """The seed's Qwen3 GRPO recipe: format priming, then GRPO with LoRA on the seed's rewards (notebook 11)."""
+
+    prime_problems: int = 64
+    """worked train problems (in the seed's tags) the format-priming SFT sees"""
+    prime_steps: int = 40
+    """optimizer steps of the priming SFT (40 x 8 = 5 passes over the 64 demonstrations)"""
+    prime_batch_size: int = 8
+    """demonstrations per priming step"""
+    prime_learning_rate: float = 1e-3
+    """priming learning rate (CPU: the full tiny model, new tag embeddings included; GPU: the LoRA)"""
+    lora_r: int = 16
+    """LoRA rank of the GRPO adapter (the seed: 32 on a 4B model)"""
+    steps: int = 100
+    """GRPO optimizer steps"""
+    prompts_per_step: int = 4
+    """prompts per step; a step scores prompts_per_step x num_generations completions"""
+    num_generations: int = 8
+    """completions per prompt: the group whose mean is the baseline"""
+    learning_rate: float = 1e-4
+    """GRPO learning rate of the LoRA weights (linear decay after a 10% warm-up; 2e-4 collapsed accuracy in a trial)"""
+    temperature: float = 1.0
+    """sampling temperature during GRPO (the seed's 1.0, with min_p below)"""
+    min_p: float = 0.1
+    """drop tokens whose probability is below min_p x the top token's (the seed's vLLM setting)"""
+    max_completion_length: int = 64
+    """completion budget in tokens (CPU: a right answer is ~30 tokens; GPU: max_seq_length - longest prompt)"""
+    train_problems: int = 3000
+    """train problems the GRPO prompts come from, before the length filter"""
+    length_quantile: float = 0.9
+    """keep prompts no longer than this quantile of prompt lengths (the seed's filter)"""
+    weight_decay: float = 0.001
+    """AdamW weight decay (the seed's)"""
+    optim: str = "adamw_torch"
+    """optimizer (the seed's adamw_8bit needs bitsandbytes and a GPU)"""
+
+    GPU: ClassVar[dict] = {"prime_learning_rate": 2e-4, "prime_batch_size": 4, "lora_r": 32, "steps": 60,
+                           "prompts_per_step": 2, "num_generations": 4, "learning_rate": 2e-5,
+                           "max_completion_length": 768, "optim": "adamw_8bit"}
+
+
 DEFAULTS = {
     "pretrain": PretrainRecipe(),
     "sft": SFTRecipe(),
@@ -344,6 +387,7 @@ DEFAULTS = {
     "r1": R1Recipe(),
     "distill": DistillRecipe(),
     "scaling": ScalingRecipe(),
+    "capstone": CapstoneRecipe(),
 }
 
 

@@ -1,0 +1,231 @@
+"""The capstone's recipe (notebook 11): the seed's reasoning-tag format, data and rewards.
+
+The seed's last chapter (and unsloth's Qwen3 GRPO notebook it follows) fine-tunes a
+Qwen3 with GRPO in four moves: a chat template that writes a system prompt and opens the
+working-out block itself; a short SFT that teaches the format ("format priming"); GRPO
+with format and answer rewards; an evaluation with and without the LoRA. Everything here
+is plain Python on strings and token counts, so the same functions serve the CPU path
+(the course's tiny Qwen3) and the GPU path (a hub Qwen3 under unsloth and vLLM).
+"""
+from __future__ import annotations
+
+import functools
+import math
+import re
+
+
+import numpy as np
+import torch
+
+from .rewards import (SEED_TAGS, Tags, accuracy_reward, completion_text, format_reward, is_correct,
+                      is_well_formatted, tag_count_reward, tiered_answer_reward, with_prefix, with_tags)
+
+SEED_SYSTEM_PROMPT = ("You are given a problem.\nThink about the problem and provide your working out.\n"
+                      "Place it between {think_open} and {think_close}.\n"
+                      "Then, provide your solution between {answer_open}{answer_close}")
+"""The seed's system prompt, with the tags left as fields (see :func:`system_prompt`)."""
+
+REWARD_WEIGHTS = (3.0, 1.0, 1.0, 3.5)
+"""Weights of :func:`seed_reward_funcs` in the seed's scale: strict format 3, approximate format
+(its own +0.5 / -1 per tag), tiered answer (its own +5 ... -4.5), numeric check 3.5."""
+
+
+def system_prompt(tags: Tags = SEED_TAGS) -> str:
+    """The seed's system prompt for ``tags``."""
+    return SEED_SYSTEM_PROMPT.format(**dict(zip(("think_open", "think_close", "answer_open", "answer_close"),
+                                                tags.all())))
+
+
+def reasoning_chat_template(system: str, tags: Tags = SEED_TAGS) -> str:
+    """A Jinja chat template in the seed's shape: system prompt + EOS, the user's text, the
+    assistant's text + EOS, and, for a generation prompt, the opening working-out tag.
+
+    Because the prompt already ends with ``tags.think_open``, the model never writes it:
+    rewards must put it back (:func:`seed_reward_funcs`) and evaluation too (:func:`evaluate`).
+    Quotes in ``system`` are escaped so the prompt can say anything.
+    """
+    def quoted(text: str) -> str:
+        return "'" + text.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n") + "'"
+    return ("{% if messages[0]['role'] == 'system' %}"
+            "{{ messages[0]['content'] + eos_token }}{% set loop_messages = messages[1:] %}"
+            "{% else %}{{ " + quoted(system) + " + eos_token }}{% set loop_messages = messages %}{% endif %}"
+            "{% for message in loop_messages %}"
+            "{% if message['role'] == 'user' %}{{ message['content'] }}"
+            "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token }}{% endif %}"
+            "{% endfor %}"
+            "{% if add_generation_prompt %}{{ " + quoted(tags.think_open) + " }}{% endif %}")
+
+
+def retag(completion: str, tags: Tags = SEED_TAGS, source: Tags = Tags()) -> str:
+    """``completion`` with the tags of ``source`` (the course's ``<think>``/``<answer>``) renamed to ``tags``."""
+    for old, new in zip(source.all(), tags.all()):
+        completion = completion.replace(old, new)
+    return completion
+
+
+def prompt_messages(question: str, system: str) -> list[dict]:
+    """The chat a question is asked in: the system prompt, then the question."""
+    return [{"role": "system", "content": system}, {"role": "user", "content": question}]
+
+
+def priming_rows(problems: list[dict], system: str, tags: Tags = SEED_TAGS) -> list[dict]:
+    """SFT rows (TRL's prompt-completion form) teaching the format on worked answers.
+
+    The completion keeps the opening tag: the full chat then renders as the generation
+    prompt (which ends in that tag) plus the rest, so TRL finds the prompt as its prefix
+    and trains on the tokens after it. Without the tag, the two renderings disagree.
+    """
+    rows = []
+    for p in problems:
+        if "completion" not in p:
+            raise KeyError(f"problem {p.get('id', '?')!r} has no worked 'completion' to prime on")
+        done = retag(p["completion"], tags)
+        if not done.startswith(tags.think_open):
+            raise ValueError(f"completion does not open with {tags.think_open!r}: {done!r}")
+        rows.append({"prompt": prompt_messages(p["question"], system),
+                     "completion": [{"role": "assistant", "content": done}]})
+    return rows
+
+
+def rl_rows(problems: list[dict], system: str) -> list[dict]:
+    """GRPO rows: the chat prompt and the reference ``answer`` (a column the rewards read)."""
+    return [{"prompt": prompt_messages(p["question"], system), "answer": str(p["answer"])} for p in problems]
+
+
+def prompt_lengths(rows: list[dict], tokenizer) -> list[int]:
+    """Tokens of each row's prompt as the chat template renders it for generation."""
+    return [len(tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=True,
+                                              return_dict=True)["input_ids"]) for r in rows]
+
+
+def filter_by_length(rows: list[dict], lengths: list[int], quantile: float = 0.9) -> tuple[list[dict], int]:
+    """Rows whose prompt is no longer than the ``quantile`` of the lengths, and that length.
+
+    The seed drops the longest 10% of prompts: with a fixed sequence budget, every token
+    a prompt takes is a token the completion cannot have, and TRL 1.15 has no
+    ``max_prompt_length`` any more to truncate them.
+    """
+    if len(rows) != len(lengths) or not rows:
+        raise ValueError(f"need one length per row (got {len(rows)} rows, {len(lengths)} lengths)")
+    limit = int(np.quantile(lengths, quantile))
+    return [r for r, n in zip(rows, lengths) if n <= limit], limit
+
+
+def seed_reward_funcs(tags: Tags = SEED_TAGS) -> list:
+    """The seed's four rewards, from ``course_utils.rewards``, for prompts that end in ``tags.think_open``.
+
+    In order (weights: :data:`REWARD_WEIGHTS`): strict format, approximate format (the
+    tags the model must write, each once), the tiered answer check, the numeric check.
+    The opening tag is put back before the strict checks (the model never writes it).
+    """
+    def named(func, name):
+        func.__name__ = name             # TRL logs each reward under its function's name
+        return func
+    strict = with_prefix(with_tags(format_reward, tags), tags.think_open)
+    approx = functools.partial(tag_count_reward, tags=tags, count_think_open=False)
+    tiered = with_prefix(with_tags(tiered_answer_reward, tags), tags.think_open)
+    numeric = with_prefix(with_tags(accuracy_reward, tags), tags.think_open)
+    return [named(strict, "strict_format"), named(lambda completions, **kw: approx(completions), "approx_format"),
+            named(tiered, "tiered_answer"), named(numeric, "numeric_answer")]
+
+
+
+
+def evaluate(completions: list, answers: list, tags: Tags = SEED_TAGS, prefixed: bool = True) -> dict:
+    """Accuracy, format rate and mean length (characters) of completions in the ``tags`` format.
+
+    ``prefixed``: the prompt wrote the opening tag, so it is put back first. Returns
+    fractions in [0, 1] and the standard error of the accuracy.
+    """
+    if len(completions) != len(answers) or not completions:
+        raise ValueError(f"need as many completions as answers (got {len(completions)} and {len(answers)})")
+    texts = [(tags.think_open if prefixed else "") + completion_text(c) for c in completions]
+    correct = [is_correct(t, a, tags) for t, a in zip(texts, answers)]
+    n = len(texts)
+    acc = sum(correct) / n
+    return {"accuracy": acc, "format_rate": sum(is_well_formatted(t, tags) for t in texts) / n,
+            "mean_chars": float(np.mean([len(t) for t in texts])), "n": n,
+            "stderr": math.sqrt(max(acc * (1 - acc), 1e-12) / n), "correct": correct}
+
+
+def add_tag_tokens(model, tokenizer, tags: Tags = SEED_TAGS, like: Tags = Tags()) -> list[int]:
+    """Add ``tags`` to the vocabulary as ordinary tokens, each initialised as the course tag it stands for.
+
+    The tiny tokenizer has seen none of the seed's tags: ``<SOLUTION>`` becomes ten
+    rarely-seen letters, too much for a short priming run. One new token per tag, whose
+    embedding starts as a copy of ``like``'s (``<start_working_out>`` from ``<think>``, ...),
+    gives the model the meaning at once; the priming SFT then teaches it which to write
+    (it trains the whole tiny model: a LoRA adapter alone leaves embeddings as they are). Ordinary, not special,
+    tokens: TRL decodes completions with ``skip_special_tokens=True``, which would strip
+    special ones before the rewards see them. Returns the new ids (empty if all exist).
+    """
+    new = [t for t in tags.all() if t not in tokenizer.get_vocab()]
+    if not new:
+        return []
+    tokenizer.add_tokens(new)
+    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)   # the rows are set below
+    emb = model.get_input_embeddings().weight
+    with torch.no_grad():
+        for tag, old in zip(tags.all(), like.all()):
+            if tag in new:
+                old_ids = tokenizer(old, add_special_tokens=False)["input_ids"]
+                emb[tokenizer.convert_tokens_to_ids(tag)] = emb[old_ids].mean(0)
+    return tokenizer.convert_tokens_to_ids(new)
+
+
+_CALCULATOR = re.compile(r"<<[^<>]*>>")
+
+
+def gsm8k_problems(rows) -> list[dict]:
+    """GSM8K rows (``question``, ``answer`` = working + ``#### 72``) as course problems.
+
+    Each gets ``answer`` (the number after ``####``, commas dropped) and a worked
+    ``completion`` in the course's tags (the working without the ``<<48/2=24>>``
+    calculator notes), which :func:`priming_rows` retags. Rows without ``####`` are skipped.
+    """
+    problems = []
+    for i, row in enumerate(rows):
+        working, sep, final = str(row["answer"]).rpartition("####")
+        if not sep or not final.strip():
+            continue
+        answer = final.strip().replace(",", "")
+        working = _CALCULATOR.sub("", working).strip()
+        problems.append({"id": f"gsm8k-{i}", "question": row["question"], "answer": answer,
+                         "completion": f"<think>{working}</think><answer>{answer}</answer>"})
+    return problems
+
+
+def vllm_sampling_kwargs(recipe, seed: int, eos_token: str) -> dict:
+    """The seed's vLLM ``SamplingParams`` as keyword arguments (build with ``vllm.SamplingParams(**kw)``).
+
+    ``top_k=-1`` is vLLM's "off"; ``include_stop_str_in_output`` keeps the EOS in the text.
+    """
+    return {"temperature": recipe.temperature, "min_p": recipe.min_p, "top_p": 1.0, "top_k": -1, "seed": seed,
+            "stop": [eos_token], "include_stop_str_in_output": True}
+
+
+def grpo_config(recipe, profile, output_dir, max_completion_length: int | None = None, use_vllm: bool = False,
+                vllm_mode: str = "colocate", **overrides):
+    """TRL 1.15 ``GRPOConfig`` for the capstone recipe, with TRL's own sampling fields.
+
+    Plain TRL has no ``vllm_sampling_params`` (unsloth's patched config does): ``min_p``,
+    ``top_p``, ``top_k`` and ``temperature`` are TRL fields, and TRL stops at the EOS
+    token ids itself. ``remove_unused_columns=False`` hands the ``answer`` column to the
+    rewards. ``warmup_steps=0.1`` is a ratio (transformers 5 has no ``warmup_ratio``).
+    ``gradient_accumulation_steps`` and ``mask_truncated_completions`` are set even where
+    they equal TRL's defaults: unsloth's patched config has other defaults (2 and True),
+    and the recipe must mean the same on both paths. ``overrides`` win.
+    """
+    from trl import GRPOConfig
+    kwargs = dict(
+        max_steps=recipe.steps, per_device_train_batch_size=recipe.prompts_per_step * recipe.num_generations,
+        num_generations=recipe.num_generations, learning_rate=recipe.learning_rate, lr_scheduler_type="linear",
+        warmup_steps=0.1, weight_decay=recipe.weight_decay, optim=recipe.optim, temperature=recipe.temperature,
+        min_p=recipe.min_p, top_p=1.0, top_k=0,
+        max_completion_length=max_completion_length or recipe.max_completion_length,
+        reward_weights=list(REWARD_WEIGHTS), logging_steps=5, remove_unused_columns=False,
+        gradient_accumulation_steps=1, mask_truncated_completions=False)
+    if use_vllm:
+        kwargs.update(use_vllm=True, vllm_mode=vllm_mode)
+    kwargs.update(overrides)
+    return GRPOConfig(output_dir=str(output_dir), **profile.trainer_kwargs(**kwargs))

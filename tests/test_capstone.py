@@ -1,0 +1,124 @@
+"""Notebook 11's recipe: the seed's template, data, length filter, rewards and configs."""
+import copy
+import dataclasses
+
+import pytest
+import torch
+
+from course_utils import capstone, data, recipes, rewards
+from course_utils.modeling import build_model
+from course_utils.profile import get_profile
+
+TAGS = rewards.SEED_TAGS
+SYSTEM = capstone.system_prompt(TAGS)
+
+
+@pytest.fixture
+def seed_tokenizer(tokenizer):
+    tok = copy.deepcopy(tokenizer)
+    tok.chat_template = capstone.reasoning_chat_template(SYSTEM, TAGS)
+    return tok
+
+
+def test_system_prompt_names_every_tag():
+    for tag in TAGS.all():
+        assert tag in SYSTEM
+
+
+def test_template_renders_system_eos_user_and_opens_the_working_out(seed_tokenizer):
+    chat = [{"role": "user", "content": "What is 1 plus 1?"}]
+    text = seed_tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+    assert text == SYSTEM + seed_tokenizer.eos_token + "What is 1 plus 1?" + TAGS.think_open
+    own = [{"role": "system", "content": "Be brief, it's 'quoted'."}] + chat
+    text = seed_tokenizer.apply_chat_template(own, tokenize=False)
+    assert text.startswith("Be brief, it's 'quoted'." + seed_tokenizer.eos_token) and SYSTEM not in text
+
+
+def test_priming_rows_keep_the_opening_tag_so_the_prompt_is_a_prefix(seed_tokenizer):
+    problems = data.load_jsonl("arithmetic", "train", n=3)
+    rows = capstone.priming_rows(problems, SYSTEM, TAGS)
+    for row, p in zip(rows, problems):
+        done = row["completion"][0]["content"]
+        assert done.startswith(TAGS.think_open) and done.endswith(TAGS.answer_close)
+        assert "<think>" not in done and f"{TAGS.answer_open}{p['answer']}{TAGS.answer_close}" in done
+        prompt = seed_tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
+        full = seed_tokenizer.apply_chat_template(row["prompt"] + row["completion"], tokenize=False)
+        assert full.startswith(prompt)
+    with pytest.raises(KeyError, match="worked"):
+        capstone.priming_rows([{"id": "x", "question": "q", "answer": "1"}], SYSTEM)
+
+
+def test_rl_rows_and_the_length_filter(seed_tokenizer):
+    problems = data.load_jsonl("arithmetic", "train", n=50)
+    rows = capstone.rl_rows(problems, SYSTEM)
+    assert rows[0]["answer"] == str(problems[0]["answer"]) and rows[0]["prompt"][0]["role"] == "system"
+    lengths = capstone.prompt_lengths(rows, seed_tokenizer)
+    assert min(lengths) > len(seed_tokenizer(SYSTEM)["input_ids"])
+    kept, limit = capstone.filter_by_length(rows, lengths, 0.9)
+    assert limit <= max(lengths) and all(n <= limit for r, n in zip(rows, lengths) if r in kept)
+    kept, limit = capstone.filter_by_length(rows, list(range(50)), 0.9)     # distinct lengths: 10% go
+    assert limit == 44 and len(kept) == 45 and kept == rows[:45]
+    with pytest.raises(ValueError, match="one length per row"):
+        capstone.filter_by_length(rows, lengths[:-1])
+
+
+def test_seed_rewards_score_in_the_seed_order_and_never_raise():
+    funcs = capstone.seed_reward_funcs(TAGS)
+    assert [f.__name__ for f in funcs] == ["strict_format", "approx_format", "tiered_answer", "numeric_answer"]
+    right = f"3 + 4 = 7{TAGS.think_close}{TAGS.answer_open}7{TAGS.answer_close}"   # after the prompt's opening tag
+    assert [f([right], answer=["7"])[0] for f in funcs] == [1.0, 1.5, 5.0, 1.0]
+    wrong = right.replace(">7<", ">9<")
+    assert [f([wrong], answer=["7"])[0] for f in funcs] == [1.0, 1.5, rewards.TIERS["wrong"], 0.0]
+    for junk in ["", None, "x" * 10_000, TAGS.think_open * 3, [{"role": "assistant", "content": right}]]:
+        for f in funcs:
+            assert len(f([junk], answer=["7"])) == 1
+    with pytest.raises(ValueError):
+        funcs[2]([right])            # the answer column is required: a clear error, not a silent 0
+
+
+def test_evaluate_puts_the_opening_tag_back():
+    right = f"1 + 1 = 2{TAGS.think_close}{TAGS.answer_open}2{TAGS.answer_close}"
+    result = capstone.evaluate([right, "garbage"], ["2", "2"], TAGS)
+    assert result["accuracy"] == 0.5 and result["format_rate"] == 0.5 and result["correct"] == [True, False]
+    assert capstone.evaluate([right], ["2"], TAGS, prefixed=False)["format_rate"] == 0.0
+
+
+def test_add_tag_tokens_copies_the_course_tags(tokenizer):
+    tok = copy.deepcopy(tokenizer)
+    model = build_model(tok, seed=0)
+    emb = model.get_input_embeddings().weight
+    think = emb[tok.convert_tokens_to_ids("<think>")].detach().clone()
+    ids = capstone.add_tag_tokens(model, tok, TAGS)
+    assert len(ids) == 4 and len(tok) == model.get_input_embeddings().weight.shape[0]
+    for tag in TAGS.all():
+        assert len(tok(tag, add_special_tokens=False)["input_ids"]) == 1
+    assert torch.allclose(model.get_input_embeddings().weight[ids[0]], think)
+    decoded = tok.decode(tok(TAGS.think_open + "1" + TAGS.answer_close)["input_ids"], skip_special_tokens=True)
+    assert TAGS.think_open in decoded and TAGS.answer_close in decoded       # ordinary tokens survive TRL's decode
+    assert capstone.add_tag_tokens(model, tok, TAGS) == []
+
+
+def test_gsm8k_rows_become_problems():
+    rows = [{"question": "Q?", "answer": "She has 3 + 4 = <<3+4=7>>7 pens.\n#### 1,007"},
+            {"question": "no final", "answer": "nothing here"}]
+    (p,) = capstone.gsm8k_problems(rows)
+    assert p["answer"] == "1007" and "<<" not in p["completion"]
+    assert p["completion"].startswith("<think>She has 3 + 4 = 7 pens.</think>")
+    assert capstone.priming_rows([p], SYSTEM)[0]["completion"][0]["content"].endswith("<SOLUTION>1007</SOLUTION>")
+
+
+def test_grpo_config_uses_trl_fields_for_the_seed_sampling(tmp_path):
+    profile = get_profile("cpu-tiny")
+    recipe = recipes.recipe_for("capstone", profile)
+    args = capstone.grpo_config(recipe, profile, tmp_path)
+    assert (args.min_p, args.top_p, args.temperature) == (recipe.min_p, 1.0, recipe.temperature)
+    assert args.remove_unused_columns is False and args.reward_weights == list(capstone.REWARD_WEIGHTS)
+    assert args.per_device_train_batch_size == recipe.prompts_per_step * recipe.num_generations
+    assert args.warmup_steps == 0.1 and not args.use_vllm
+    vllm_args = capstone.grpo_config(recipe, profile, tmp_path, use_vllm=True, vllm_mode="server")
+    assert vllm_args.use_vllm and vllm_args.vllm_mode == "server"
+    assert args.gradient_accumulation_steps == 1 and args.mask_truncated_completions is False
+    kw = capstone.vllm_sampling_kwargs(recipe, 3407, "<|im_end|>")
+    assert kw["top_k"] == -1 and kw["stop"] == ["<|im_end|>"] and kw["min_p"] == 0.1
+    gpu_recipe = dataclasses.replace(recipe, **recipes.CapstoneRecipe.GPU)
+    assert gpu_recipe.lora_r == 32 and gpu_recipe.optim == "adamw_8bit"

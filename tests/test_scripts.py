@@ -1,0 +1,131 @@
+"""scripts/: the GPU recipes parse into the pinned TRL / transformers / accelerate classes, and each script
+trains 2 steps on a CPU from a tiny model, so neither the recipes nor the scripts can rot unnoticed."""
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "scripts"
+RECIPES = SCRIPTS / "recipes"
+STAGES = ("sft", "dpo", "grpo")
+
+
+def _load_script(name):
+    """Import scripts/<name>.py as a module (scripts/ is not a package; its files import _common)."""
+    spec = importlib.util.spec_from_file_location(f"course_script_{name}", SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module       # dataclasses look their module up while the class is being built
+    sys.path.insert(0, str(SCRIPTS))      # only while importing: keep `sft`, `dpo`, ... off other tests' path
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    return module
+
+
+def _parse(name, *extra, config=None):
+    """Parse a recipe with the script's own parser, forced onto the CPU (works with or without a GPU)."""
+    config = config or RECIPES / f"{name}_qwen3.yaml"
+    return _load_script(name).make_parser().parse_args_and_config(
+        ["--config", str(config), "--use_cpu", "true", "--bf16", "false", *extra])
+
+
+@pytest.mark.parametrize("name", STAGES)
+def test_gpu_recipe_parses_into_the_pinned_configs(name):
+    """TrlParser rejects any key the pinned config classes lack: this is the API-drift check."""
+    script_args, training_args, model_args = _parse(name)
+    recipe = yaml.safe_load((RECIPES / f"{name}_qwen3.yaml").read_text(encoding="utf-8"))
+    assert type(training_args).__name__ == f"{name.upper()}Config"
+    assert model_args.model_name_or_path == "Qwen/Qwen3-0.6B" and model_args.dtype == "bfloat16"
+    assert model_args.use_peft and (model_args.lora_r, model_args.lora_alpha) == (16, 32)
+    assert model_args.lora_target_modules == "all-linear"        # a string: PEFT's shorthand, not a module name
+    assert recipe["bf16"] and recipe["gradient_checkpointing"] and training_args.report_to == []
+    assert training_args.warmup_steps == 0.1 and training_args.learning_rate == recipe["learning_rate"]
+    assert script_args.dataset_name is None                     # the course's own data
+    if name == "grpo":
+        assert training_args.use_vllm and training_args.vllm_mode == "colocate"
+        assert training_args.vllm_gpu_memory_utilization == 0.3 and training_args.num_generations == 8
+        assert training_args.remove_unused_columns is False
+        assert script_args.reward_funcs == ["accuracy_reward", "format_reward"]
+
+
+@pytest.mark.parametrize("stale_key", ["warmup_ratio: 0.1", "max_prompt_length: 512"])
+def test_a_key_the_pinned_versions_lack_is_an_error(tmp_path, stale_key):
+    """Keys of older TRL / transformers recipes that the pinned versions dropped fail loudly, not silently."""
+    config = tmp_path / "stale.yaml"
+    config.write_text((RECIPES / "grpo_qwen3.yaml").read_text(encoding="utf-8") + stale_key + "\n")
+    with pytest.raises(ValueError, match=stale_key.split(":")[0]):
+        _parse("grpo", config=config)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks what happens without CUDA")
+def test_without_cuda_a_gpu_recipe_parses_and_falls_back_to_cpu_settings():
+    common = _load_script("_common")
+    script_args, training_args, model_args = common.parse(
+        _load_script("grpo").make_parser(), ["--config", str(RECIPES / "grpo_qwen3.yaml")])
+    assert training_args.use_cpu and training_args.bf16
+    changed = common.prepare(training_args, model_args)
+    assert set(changed) == {"bf16", "gradient_checkpointing", "use_vllm", "dtype"}
+    assert not (training_args.bf16 or training_args.gradient_checkpointing or training_args.use_vllm)
+    assert training_args.mixed_precision == "no" and model_args.dtype == "float32"
+
+
+def test_grpo_rejects_unknown_rewards_and_dropped_columns():
+    grpo = _load_script("grpo")
+    with pytest.raises(ValueError, match=r"'nope'.*accuracy_reward.*format_reward"):
+        grpo.main(*_parse("grpo", "--reward_funcs", "accuracy_reward", "nope"))
+    with pytest.raises(ValueError, match="remove_unused_columns=False"):
+        grpo.main(*_parse("grpo", "--remove_unused_columns", "true"))
+    assert {"accuracy_reward", "format_reward", "tag_count_reward"} <= set(grpo.available_rewards())
+
+
+@pytest.mark.parametrize("name, stage, zero_stage", [("ddp", "MULTI_GPU", None), ("zero2", "DEEPSPEED", 2),
+                                                     ("zero3", "DEEPSPEED", 3)])
+def test_accelerate_configs(name, stage, zero_stage):
+    from accelerate.commands.config.config_args import ClusterConfig
+    path = SCRIPTS / "accelerate" / f"{name}.yaml"
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert raw["distributed_type"] == stage and raw["num_processes"] == 8 and raw["mixed_precision"] == "bf16"
+    assert raw.get("deepspeed_config", {}).get("zero_stage") == zero_stage
+    ClusterConfig.from_yaml_file(path)      # what `accelerate launch` reads; it rejects unknown keys
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory, tokenizer):
+    """A one-layer Qwen3 on the course's tokenizer, saved once for the three scripts."""
+    from course_utils.modeling import build_model, save_checkpoint
+    model = build_model(tokenizer, seed=0, hidden_size=32, layers=1, heads=2, kv_heads=1, intermediate_size=64)
+    return save_checkpoint(model, tokenizer, tmp_path_factory.mktemp("tiny") / "model")
+
+
+# Tiny sizes for a 2-step CPU run of the GPU recipes; prepare() switches off bf16, checkpointing and vLLM.
+SMOKE_ARGS = ["--max_steps", "2", "--train_size", "8", "--per_device_train_batch_size", "2",
+              "--gradient_accumulation_steps", "1", "--save_strategy", "no", "--logging_steps", "1",
+              "--disable_tqdm", "true"]
+STAGE_ARGS = {
+    "sft": (["--max_length", "64"], "adapter_model.safetensors"),
+    # full fine-tuning here, so the frozen reference copy and a full checkpoint are exercised too
+    "dpo": (["--max_length", "64", "--use_peft", "false"], "model.safetensors"),
+    "grpo": (["--num_generations", "2", "--max_completion_length", "8"], "adapter_model.safetensors"),
+}
+
+
+@pytest.mark.parametrize("name", STAGES)
+def test_script_trains_two_steps_on_cpu(name, tiny_model, tmp_path):
+    extra, weights = STAGE_ARGS[name]
+    out = tmp_path / "out"
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               HF_DATASETS_OFFLINE="1", CUDA_VISIBLE_DEVICES="")   # the CPU path, even on a GPU machine
+    cmd = [sys.executable, str(SCRIPTS / f"{name}.py"), "--config", str(RECIPES / f"{name}_qwen3.yaml"),
+           "--model_name_or_path", str(tiny_model), "--output_dir", str(out), *SMOKE_ARGS, *extra]
+    run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "CPU fallback applied" in run.stdout
+    assert "train_runtime" in run.stdout                           # the Trainer's end-of-training summary
+    assert (out / weights).is_file(), sorted(p.name for p in out.iterdir())
