@@ -34,7 +34,7 @@ data: install
 	$(PY) -m course_utils.data
 
 # The API-drift test of notebook 11's GPU path, on a CPU machine (not part of `make test`: the environment is
-# ~6.8 GB). PyPI's torchvision / torchaudio / torchcodec, pulled in by unsloth and vllm, are built against CUDA torch
+# 6.7 GB). PyPI's torchvision / torchaudio / torchcodec, pulled in by unsloth and vllm, are built against CUDA torch
 # and do not load against the CPU wheel (`operator torchvision::nms does not exist`), which breaks even
 # `from trl import GRPOConfig`; they are removed here (a GPU machine keeps them).
 DRIFT_VENV ?= .venv-gpu

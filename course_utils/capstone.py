@@ -1,9 +1,10 @@
 """The capstone's recipe (notebook 11): the seed's reasoning-tag format, data and rewards.
 
-The seed's last chapter (and unsloth's Qwen3 GRPO notebook it follows) fine-tunes a
-Qwen3 with GRPO in four moves: a chat template that writes a system prompt and opens the
-working-out block itself; a short SFT that teaches the format ("format priming"); GRPO
-with format and answer rewards; an evaluation with and without the LoRA. Everything here
+The seed's last chapter fine-tunes a Qwen-family model with GRPO through unsloth and vLLM:
+a chat template that writes a system prompt and opens the working-out block itself, and
+GRPO on format and answer rewards. unsloth's Qwen3 (4B) GRPO notebook, which the seed
+follows, adds a short SFT that teaches the format first ("format priming"), a strict-format
+reward and an evaluation with and without the LoRA; the course does all of it. Everything here
 is plain Python on strings and token counts, so the same functions serve the CPU path
 (the course's tiny Qwen3) and the GPU path (a hub Qwen3 under unsloth and vLLM).
 """
@@ -26,8 +27,8 @@ SEED_SYSTEM_PROMPT = ("You are given a problem.\nThink about the problem and pro
 """The seed's system prompt, with the tags left as fields (see :func:`system_prompt`)."""
 
 REWARD_WEIGHTS = (3.0, 1.0, 1.0, 3.5)
-"""Weights of :func:`seed_reward_funcs` in the seed's scale: strict format 3, approximate format
-(its own +0.5 / -1 per tag), tiered answer (its own +5 ... -4.5), numeric check 3.5."""
+"""Weights of :func:`seed_reward_funcs`: strict format 3 (unsloth's notebook), approximate format (its own
++0.5 / -1 per tag), tiered answer (its own +5 ... -4.5), numeric check 3.5 for a right number (the seed's)."""
 
 
 def system_prompt(tags: Tags = SEED_TAGS) -> str:
@@ -112,7 +113,8 @@ def filter_by_length(rows: list[dict], lengths: list[int], quantile: float = 0.9
 
 
 def seed_reward_funcs(tags: Tags = SEED_TAGS) -> list:
-    """The seed's four rewards, from ``course_utils.rewards``, for prompts that end in ``tags.think_open``.
+    """The seed's three rewards and unsloth's strict format, from ``course_utils.rewards``, for prompts
+    that end in ``tags.think_open``.
 
     In order (weights: :data:`REWARD_WEIGHTS`): strict format, approximate format (the
     tags the model must write, each once), the tiered answer check, the numeric check.
@@ -213,8 +215,9 @@ def grpo_config(recipe, profile, output_dir, max_completion_length: int | None =
     token ids itself. ``remove_unused_columns=False`` hands the ``answer`` column to the
     rewards. ``warmup_steps=0.1`` is a ratio (transformers 5 has no ``warmup_ratio``).
     ``gradient_accumulation_steps`` and ``mask_truncated_completions`` are set even where
-    they equal TRL's defaults: unsloth's patched config has other defaults (2 and True),
-    and the recipe must mean the same on both paths. ``overrides`` win.
+    they equal TRL's defaults, and so are ``loss_type`` and ``beta``: unsloth's patched config
+    has other defaults (gradient accumulation 2; truncated completions masked under
+    ``dapo``), and the recipe must mean the same on both paths. ``overrides`` win.
     """
     from trl import GRPOConfig
     kwargs = dict(
@@ -224,7 +227,7 @@ def grpo_config(recipe, profile, output_dir, max_completion_length: int | None =
         min_p=recipe.min_p, top_p=1.0, top_k=0,
         max_completion_length=max_completion_length or recipe.max_completion_length,
         reward_weights=list(REWARD_WEIGHTS), logging_steps=5, remove_unused_columns=False,
-        gradient_accumulation_steps=1, mask_truncated_completions=False)
+        gradient_accumulation_steps=1, mask_truncated_completions=False, loss_type="dapo", beta=0.0)
     if use_vllm:
         kwargs.update(use_vllm=True, vllm_mode=vllm_mode)
     kwargs.update(overrides)

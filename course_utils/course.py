@@ -78,7 +78,7 @@ NOTEBOOKS = [
                  "paraphrases, a process reward model in miniature, a DeepSeek-GRM-style generative judge with a meta RM",
                  4),
     NotebookInfo("11", "qwen3_grpo_unsloth_vllm", "Qwen3 GRPO with unsloth and vLLM", "Qwen3 GRPO (GPU)",
-                 "the seed's recipe end to end: unsloth + vLLM on a GPU (the tiny Qwen3 with TRL + PEFT on a CPU), "
+                 "the seed's recipe completed: unsloth + vLLM on a GPU (the tiny Qwen3 with TRL + PEFT on a CPU), "
                  "reasoning-tag template, format priming, GRPO on the seed's rewards, API drift, scripts and "
                  "accelerate configs for many GPUs", 2),
 ]
@@ -295,10 +295,11 @@ GLOSSARY: dict[str, tuple[str, str]] = {
     "unsloth": ("unsloth（高效微调库）", "faster, lower-memory fine-tuning kernels; it patches transformers and TRL, so "
                 "it must be imported before them"),
     "QLoRA": ("QLoRA（量化低秩适配）", "LoRA on a base model whose frozen weights are stored in 4 bits (NF4): about a "
-              "quarter of the weight memory, a little slower and lossier; unsloth's load_in_4bit=True"),
+              "quarter of the memory of the quantised layers (embeddings usually stay 16-bit), a little slower and "
+              "lossier; unsloth's load_in_4bit=True"),
     "format priming": ("格式预热（格式冷启动）", "a short SFT on a few worked answers in the target format before RL, so "
-                       "that the first groups of GRPO already contain well-formed answers (the seed's Qwen3 recipe; R1's "
-                       "cold start in small)"),
+                       "that the first groups of GRPO already contain well-formed answers (unsloth's Qwen3 GRPO notebook; "
+                       "R1's cold start in small)"),
     "min_p sampling": ("min_p 采样", "keep only tokens whose probability is at least min_p times the top token's, "
                        "then sample: cuts the junk tail and adapts to how sure the model is (the seed uses 0.1)"),
     "API drift": ("API 漂移（接口变更）", "arguments renamed or removed between library releases (warmup_ratio, "

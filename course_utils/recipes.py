@@ -336,10 +336,10 @@ class ScalingRecipe:
 
 @dataclass(frozen=True)
 class CapstoneRecipe:
-    """The seed's Qwen3 GRPO recipe: format priming, then GRPO with LoRA on the seed's rewards (notebook 11)."""
+    """The seed's Qwen3 GRPO recipe with unsloth's format priming: a short SFT, then GRPO with LoRA (notebook 11)."""
 
     prime_problems: int = 64
-    """worked train problems (in the seed's tags) the format-priming SFT sees"""
+    """worked train problems (in the seed's tags) the format-priming SFT sees (unsloth's notebook: ~60)"""
     prime_steps: int = 40
     """optimizer steps of the priming SFT (40 x 8 = 5 passes over the 64 demonstrations)"""
     prime_batch_size: int = 8
@@ -347,7 +347,7 @@ class CapstoneRecipe:
     prime_learning_rate: float = 1e-3
     """priming learning rate (CPU: the full tiny model, new tag embeddings included; GPU: the LoRA)"""
     lora_r: int = 16
-    """LoRA rank of the GRPO adapter (the seed: 32 on a 4B model)"""
+    """LoRA rank of the GRPO adapter (the seed and unsloth's notebook: 32, on 7B and 4B models)"""
     steps: int = 100
     """GRPO optimizer steps"""
     prompts_per_step: int = 4
@@ -355,7 +355,7 @@ class CapstoneRecipe:
     num_generations: int = 8
     """completions per prompt: the group whose mean is the baseline"""
     learning_rate: float = 1e-4
-    """GRPO learning rate of the LoRA weights (linear decay after a 10% warm-up; 2e-4 collapsed accuracy in a trial)"""
+    """GRPO learning rate of the LoRA weights (linear decay after a 10% warm-up; 2e-4 collapsed accuracy in early trials)"""
     temperature: float = 1.0
     """sampling temperature during GRPO (the seed's 1.0, with min_p below)"""
     min_p: float = 0.1
@@ -367,7 +367,7 @@ class CapstoneRecipe:
     length_quantile: float = 0.9
     """keep prompts no longer than this quantile of prompt lengths (the seed's filter)"""
     weight_decay: float = 0.001
-    """AdamW weight decay (the seed's)"""
+    """AdamW weight decay (unsloth's notebook; the seed: 0.01)"""
     optim: str = "adamw_torch"
     """optimizer (the seed's adamw_8bit needs bitsandbytes and a GPU)"""
 

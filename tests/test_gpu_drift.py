@@ -3,9 +3,11 @@
 These tests need the ``gpu`` extra (unsloth, vLLM) and are skipped without it, so
 ``make test`` reports them as skipped. ``make drift`` builds that environment on a CPU
 machine and runs them: every config object the notebook builds on a GPU is built here
-with the pinned versions, and unsloth's API is checked by signature, so a renamed or
+with the pinned versions, and unsloth's GPU API is checked from its source (the
+arguments of ``FastLanguageModel.from_pretrained`` and ``get_peft_model``), so a renamed or
 removed argument fails here before it fails a learner.
 """
+import ast
 import dataclasses
 import importlib.util
 import inspect
@@ -69,31 +71,41 @@ def test_lora_config_and_chat_template():
 
 
 UNSLOTH_PROBE = r"""
-import inspect, os, pathlib
-import unsloth
-from unsloth import FastLanguageModel
-load = inspect.signature(FastLanguageModel.from_pretrained).parameters
-peft = inspect.signature(FastLanguageModel.get_peft_model).parameters
-need_load = ["model_name", "max_seq_length", "load_in_4bit", "fast_inference", "max_lora_rank",
-             "gpu_memory_utilization"]
-need_peft = ["r", "lora_alpha", "target_modules", "use_gradient_checkpointing", "random_state"]
-missing = [k for k in need_load if k not in load and "kwargs" not in load] + \
-          [k for k in need_peft if k not in peft and "kwargs" not in peft]
-assert not missing, missing
-roots = [pathlib.Path(unsloth.__file__).parent]
-import importlib.util
-spec = importlib.util.find_spec("unsloth_zoo")
-if spec is not None:
-    roots.append(pathlib.Path(spec.origin).parent)
-source = "".join(p.read_text(errors="ignore") for root in roots for p in root.rglob("*.py"))
-for name in ("def save_lora", "def load_lora", "fast_generate", "UNSLOTH_VLLM_STANDBY"):
-    assert name in source, name
+import unsloth                          # on a CPU this selects unsloth's CPU backend, which patches nothing
 print("ok", unsloth.__version__)
 """
 
 
-def test_unsloth_imports_and_keeps_the_notebook_api():
-    # a subprocess: after `import unsloth` on a CPU, `import vllm` fails on purpose, and it patches TRL globally
+def _method_args(path: Path, cls: str, method: str) -> set[str]:
+    """Argument names of ``cls.method`` in the source file ``path`` (the first class of that name)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == method:
+                    a = item.args
+                    return {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs}
+    raise AssertionError(f"{cls}.{method} not found in {path}")
+
+
+def test_unsloth_gpu_api_takes_the_notebook_arguments():
+    # Read from source: imported on a CPU, unsloth's FastLanguageModel is its CPU stand-in, which takes **kwargs and
+    # would accept any name. The GPU classes are the ones the notebook calls.
+    root = Path(importlib.util.find_spec("unsloth").submodule_search_locations[0])
+    load = _method_args(root / "models" / "loader.py", "FastLanguageModel", "from_pretrained")
+    peft = _method_args(root / "models" / "llama.py", "FastLlamaModel", "get_peft_model")
+    assert {"model_name", "max_seq_length", "load_in_4bit", "fast_inference", "max_lora_rank",
+            "gpu_memory_utilization", "random_state"} <= load, load
+    assert {"r", "lora_alpha", "target_modules", "use_gradient_checkpointing", "random_state"} <= peft, peft
+    zoo = Path(importlib.util.find_spec("unsloth_zoo").submodule_search_locations[0])
+    source = "".join(p.read_text(errors="ignore") for r in (root, zoo) for p in r.rglob("*.py"))
+    for name in ("def save_lora", "def load_lora", "fast_generate", "UNSLOTH_VLLM_STANDBY",
+                 "UNSLOTH_VLLM_STANDBY_UTIL_OVERRIDE"):
+        assert name in source, name
+
+
+def test_unsloth_imports_without_a_gpu():
+    # a subprocess: after `import unsloth` on a CPU, `import vllm` fails on purpose
     done = subprocess.run([sys.executable, "-c", UNSLOTH_PROBE], capture_output=True, text=True, timeout=600,
                           cwd=Path(__file__).parent)
     assert done.returncode == 0 and "ok" in done.stdout, done.stdout[-2000:] + done.stderr[-4000:]
