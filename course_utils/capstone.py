@@ -18,7 +18,7 @@ import re
 import numpy as np
 import torch
 
-from .rewards import (SEED_TAGS, Tags, accuracy_reward, completion_text, format_reward, is_correct,
+from .rewards import (COURSE_TAGS, SEED_TAGS, Tags, accuracy_reward, completion_text, format_reward, is_correct,
                       is_well_formatted, tag_count_reward, tiered_answer_reward, with_prefix, with_tags)
 
 SEED_SYSTEM_PROMPT = ("You are given a problem.\nThink about the problem and provide your working out.\n"
@@ -57,7 +57,7 @@ def reasoning_chat_template(system: str, tags: Tags = SEED_TAGS) -> str:
             "{% if add_generation_prompt %}{{ " + quoted(tags.think_open) + " }}{% endif %}")
 
 
-def retag(completion: str, tags: Tags = SEED_TAGS, source: Tags = Tags()) -> str:
+def retag(completion: str, tags: Tags = SEED_TAGS, source: Tags = COURSE_TAGS) -> str:
     """``completion`` with the tags of ``source`` (the course's ``<think>``/``<answer>``) renamed to ``tags``."""
     for old, new in zip(source.all(), tags.all()):
         completion = completion.replace(old, new)
@@ -127,7 +127,7 @@ def seed_reward_funcs(tags: Tags = SEED_TAGS) -> list:
     approx = functools.partial(tag_count_reward, tags=tags, count_think_open=False)
     tiered = with_prefix(with_tags(tiered_answer_reward, tags), tags.think_open)
     numeric = with_prefix(with_tags(accuracy_reward, tags), tags.think_open)
-    return [named(strict, "strict_format"), named(lambda completions, **kw: approx(completions), "approx_format"),
+    return [named(strict, "strict_format"), named(approx, "approx_format"),
             named(tiered, "tiered_answer"), named(numeric, "numeric_answer")]
 
 
@@ -150,7 +150,7 @@ def evaluate(completions: list, answers: list, tags: Tags = SEED_TAGS, prefixed:
             "stderr": math.sqrt(max(acc * (1 - acc), 1e-12) / n), "correct": correct}
 
 
-def add_tag_tokens(model, tokenizer, tags: Tags = SEED_TAGS, like: Tags = Tags()) -> list[int]:
+def add_tag_tokens(model, tokenizer, tags: Tags = SEED_TAGS, like: Tags = COURSE_TAGS) -> list[int]:
     """Add ``tags`` to the vocabulary as ordinary tokens, each initialised as the course tag it stands for.
 
     The tiny tokenizer has seen none of the seed's tags: ``<SOLUTION>`` becomes ten
