@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
 
-.PHONY: install course test lab data clean drift
+.PHONY: install course test lab data clean drift bench
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -25,7 +25,11 @@ course: install
 	$(OFFLINE) $(PY) -m course_utils.runner
 
 test: install
-	$(OFFLINE) $(PY) -m pytest
+	@start=$$(date +%s); $(OFFLINE) $(PY) -m pytest; rc=$$?; echo "make test took $$(( $$(date +%s) - start )) s"; exit $$rc
+
+# Where the time goes: each phase of the engine against this machine's matmul roofline (about 2 min)
+bench: install
+	$(OFFLINE) $(PY) -m course_utils.bench --out build/bench.json
 
 lab: install
 	$(VENV)/bin/jupyter lab notebooks/

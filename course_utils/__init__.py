@@ -11,6 +11,7 @@ modeling          tokenizer training, tiny Qwen3 config, safetensors checkpoints
 training          trainer set-ups built from a recipe: pretraining, SFT, reward model, DPO, SimPO, GRPO
 stages            the stage table, one generic builder, ``load_stage``
 generation        eval mode, greedy generation, sampling with completion masks
+engine            the course's KV-cached decoder: generate's tokens at a fraction of its cost
 losses            losses as pure functions of tensors; ``completion_logps``
 rewards           verifiable reward functions in TRL's protocol (never raise on model output)
 rl_basics         notebook 04's toy experiments: bandits, cliff walk, IS, MC, MCTS
@@ -25,7 +26,8 @@ capstone          notebook 11: the seed's tag template, format priming rows, rew
 diagnostics       reading an RL run's log history: failure signs and their usual fixes
 plotting          figures; every function returns ``(fig, ax)``
 checks            ``compare`` from-scratch code with the library; ``show_source``
-results           per-notebook metrics -> ``build/RESULTS.md``
+results           per-notebook metrics -> ``build/RESULTS.md``; seconds against budgets
+bench             ``make bench``: each phase timed against this machine's matmul roofline
 course            the notebook map and the English-Chinese glossary
 compat            CPU fallback for TRL 1.15's Triton-only log-prob kernel
 ================= ==========================================================

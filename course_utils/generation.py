@@ -8,6 +8,9 @@
   log-probabilities. PPO rollouts, rejection sampling, best-of-N and sequence-level
   distillation all start here.
 * :func:`logps_under` — the same completions scored by another model (a reference).
+
+Decoding itself is :func:`engine.decode` (a KV-cached loop of the course's own) where the
+model supports it, else ``model.generate``.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
+from . import engine
 from .losses import completion_logps
 
 
@@ -158,7 +162,7 @@ def _pad_and_stack(rows: list[torch.Tensor], value, left: bool = False) -> torch
 @torch.no_grad()
 def sample_completions(model, tokenizer, prompts: list[str], num_samples: int = 1, temperature: float = 1.0,
                        max_new_tokens: int = 48, return_logps: bool = False, batch_size: int = 64,
-                       progress: bool = False) -> Completions:
+                       progress: bool = False, use_engine: bool | None = None) -> Completions:
     """Sample ``num_samples`` completions for each prompt (greedy when ``temperature == 0``).
 
     Prompts are left-padded so that every continuation starts at the same column. The
@@ -166,6 +170,10 @@ def sample_completions(model, tokenizer, prompts: list[str], num_samples: int = 
     loss should count); the ids after it are padding. ``return_logps`` adds the
     per-token log-probabilities of the sampled tokens under ``softmax(logits / T)``,
     recomputed by one forward pass (``losses.completion_logps``), as PPO stores them.
+
+    Decoding runs on the course's KV-cached loop (:mod:`engine`, the same distribution at
+    a fraction of ``generate``'s per-token cost) wherever ``engine.supports(model)``, and on
+    ``model.generate`` otherwise; ``use_engine`` forces one or the other.
     """
     prompts = _check_prompts(prompts)
     if num_samples < 1:
@@ -175,6 +183,7 @@ def sample_completions(model, tokenizer, prompts: list[str], num_samples: int = 
     device = next(model.parameters()).device
     eos_ids = eos_token_ids(tokenizer, model)
     gen_kwargs = _sampling_kwargs(tokenizer, eos_ids, max_new_tokens, temperature)
+    fast = use_engine if use_engine is not None else engine.supports(model)
     prompts_per_batch = max(1, batch_size // num_samples)
     parts = {"prompt_ids": [], "prompt_mask": [], "completion_ids": [], "completion_mask": [], "logps": []}
     with eval_mode(model, tokenizer, padding_side="left"):
@@ -184,8 +193,12 @@ def sample_completions(model, tokenizer, prompts: list[str], num_samples: int = 
                             add_special_tokens=False).to(device)
             prompt_ids = enc["input_ids"].repeat_interleave(num_samples, 0)            # (n, P)
             prompt_mask = enc["attention_mask"].repeat_interleave(num_samples, 0)      # (n, P)
-            out = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, **gen_kwargs)
-            completion_ids = out[:, prompt_ids.size(1):]                              # (n, C)
+            if fast:
+                completion_ids = engine.decode(model, prompt_ids, prompt_mask, max_new_tokens, eos_ids,
+                                               tokenizer.pad_token_id, temperature)   # (n, C)
+            else:
+                out = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, **gen_kwargs)
+                completion_ids = out[:, prompt_ids.size(1):]                          # (n, C)
             if completion_ids.size(1) == 0:  # max_new_tokens=0: keep one pad column
                 completion_ids = torch.full_like(prompt_ids[:, :1], tokenizer.pad_token_id)
             mask = completion_mask_after_eos(completion_ids, eos_ids)

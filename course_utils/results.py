@@ -88,3 +88,38 @@ def results_markdown(records: list[dict], runner_stats: dict | None = None) -> s
                     if i == 0 else " | | | ")
             lines.append(f"| {nb if i == 0 else ''} | {name} | {pair['before']:.4g} | {pair['after']:.4g} | {tail} |")
     return "\n".join(lines) + "\n"
+
+
+# The matmul rate (1024² float32, 2 threads; ``course_utils.bench``) of the machine the budgets were
+# set on: an AVX2-only 2-core AMD EPYC, the slow kind of the course's CI machines.
+REFERENCE_GFLOPS = 70.0
+COURSE_BUDGET_MINUTES = 30.0   # the whole course on such a machine
+NOTEBOOK_BUDGET_MINUTES = 5.0  # any one notebook
+
+
+def budget_report(seconds: dict[str, float], gflops: float | None = None) -> str:
+    """Each notebook's seconds against its budget, as a Markdown table with the total (a report, never a failure).
+
+    ``seconds`` maps a notebook name (``"05_ppo"``) to its wall seconds on this machine;
+    ``gflops`` is this machine's matmul rate (``bench.matmul_gflops``), which turns them into
+    seconds on the reference machine (:data:`REFERENCE_GFLOPS`): ``seconds * gflops / REFERENCE_GFLOPS``,
+    so a budget that slips shows on a fast machine too. A notebook's budget is its ``cpu_minutes``
+    in the course map (``course.NOTEBOOKS``), capped at :data:`NOTEBOOK_BUDGET_MINUTES`.
+    """
+    from .course import NOTEBOOKS
+
+    scale = gflops / REFERENCE_GFLOPS if gflops else 1.0
+    minutes = {nb.name: nb.cpu_minutes for nb in NOTEBOOKS}
+    lines = ["| notebook | seconds here | on the reference machine | budget (s) | |", "|---|---|---|---|---|"]
+    total = total_ref = 0.0
+    for name, secs in sorted(seconds.items()):
+        budget = min(minutes.get(name) or NOTEBOOK_BUDGET_MINUTES, NOTEBOOK_BUDGET_MINUTES) * 60
+        ref = secs * scale
+        total, total_ref = total + secs, total_ref + ref
+        lines.append(f"| {name} | {secs:.0f} | {ref:.0f} | {budget:.0f} | {'over' if ref > budget else 'ok'} |")
+    course = COURSE_BUDGET_MINUTES * 60
+    lines.append(f"| **total** | {total:.0f} | {total_ref:.0f} | {course:.0f} | {'over' if total_ref > course else 'ok'} |")
+    head = (f"Budgets: this machine's matmul rate is {gflops:.0f} GFLOP/s against the reference machine's "
+            f"{REFERENCE_GFLOPS:.0f}, so its seconds are scaled by {scale:.2f}." if gflops else
+            "Budgets (seconds not normalised: no matmul figure).")
+    return head + "\n\n" + "\n".join(lines) + "\n"

@@ -4,7 +4,9 @@
 of ``notebooks/`` in order, each in a fresh kernel, and writes:
 
 * ``build/notebooks/NN_name.ipynb`` and ``build/html/NN_name.html`` — executed copies;
-* ``build/RESULTS.md`` — every notebook's before/after metrics, wall seconds and peak RAM.
+* ``build/RESULTS.md`` — every notebook's before/after metrics, wall seconds and peak RAM,
+  and the budget report (``results.budget_report``: seconds against each notebook's budget,
+  scaled by this machine's matmul rate; printed too, never a failure).
 
 Each notebook runs in a child process of its own, so the peak resident memory of
 its kernel can be read from ``getrusage(RUSAGE_CHILDREN)`` once it ends; the runner
@@ -21,7 +23,7 @@ import time
 from pathlib import Path
 
 from .paths import repo_root
-from .results import load_results, results_dir, results_markdown
+from .results import budget_report, load_results, results_dir, results_markdown
 
 
 def execute_one(notebook: Path, out_dir: Path, timeout: int) -> None:
@@ -73,6 +75,10 @@ def run_course(notebooks: list[Path], out_dir: Path, timeout: int) -> int:
     report = results_markdown(records, stats)
     report += "\n| notebook | wall seconds (runner) | kernel peak RAM (MiB) |\n|---|---|---|\n"
     report += "".join(f"| {k} | {v['seconds']:.0f} | {v['peak_ram_mb']:.0f} |\n" for k, v in stats.items())
+    from .bench import matmul_gflops
+    budgets = budget_report({k: v["seconds"] for k, v in stats.items()}, matmul_gflops())
+    report += "\n" + budgets
+    print(budgets)
     if failed:
         report += f"\n**Failed:** {', '.join(failed)}\n"
     out_dir.mkdir(parents=True, exist_ok=True)

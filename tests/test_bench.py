@@ -1,0 +1,38 @@
+"""The bench's arithmetic and the budget report (the timing itself runs in ``make bench``)."""
+import pytest
+import torch
+
+from course_utils import bench, results
+
+
+def test_forward_flops_counts_matrix_parameters_and_attention(tokenizer):
+    from course_utils.modeling import build_model
+    model = build_model(tokenizer, seed=0)
+    cfg = model.config
+    matrix = sum(p.numel() for n, p in model.named_parameters() if p.dim() == 2 and "embed" not in n)
+    matrix += cfg.vocab_size * cfg.hidden_size   # the tied output projection is a matmul too
+    assert bench.forward_flops(cfg, 10, 0) == pytest.approx(2 * matrix * 10)
+    extra = bench.forward_flops(cfg, 10, 8) - bench.forward_flops(cfg, 10, 0)
+    assert extra == pytest.approx(10 * 4 * cfg.num_hidden_layers * 8 * cfg.num_attention_heads * cfg.head_dim)
+
+
+def test_best_of_takes_the_fastest_and_matmul_rate_is_positive():
+    calls = []
+    assert bench.best_of(lambda: calls.append(1), repeats=3, warmup=2) >= 0 and len(calls) == 5
+    assert bench.matmul_gflops(n=128, repeats=1) > 0
+
+
+def test_machine_and_markdown():
+    info = bench.machine()
+    assert info["cores"] >= 1 and info["torch"] == torch.__version__
+    rows = [{"phase": "x", "threads": 2, "seconds": 0.5, "roofline_seconds": 0.1, "ratio": 5.0}]
+    assert "| x | 2 | 0.500 | 0.100 | 5.0x |" in bench.markdown(rows, info)
+
+
+def test_budget_report_scales_by_the_matmul_rate_and_flags_slips():
+    report = results.budget_report({"05_ppo": 100.0, "01_pretrain": 400.0}, gflops=2 * results.REFERENCE_GFLOPS)
+    assert "| 05_ppo | 100 | 200 |" in report and "| 01_pretrain | 400 | 800 |" in report
+    assert "over" in report.split("01_pretrain", 1)[1].splitlines()[0]          # 800 s > 5 min
+    assert "| **total** | 500 | 1000 | 1800 | ok |" in report
+    plain = results.budget_report({"05_ppo": 10.0})
+    assert "not normalised" in plain and "| 05_ppo | 10 | 10 |" in plain
