@@ -13,8 +13,6 @@ import pytest
 matplotlib.use("Agg")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-_NOTEBOOK_SECONDS: dict[str, float] = defaultdict(float)
-
 
 @pytest.fixture(scope="session")
 def tokenizer():
@@ -29,16 +27,30 @@ def tmp_artifacts(tmp_path, monkeypatch):
     return tmp_path / "artifacts"
 
 
-def pytest_runtest_logreport(report):
-    path = report.nodeid.split("::")[0]
-    if path.endswith(".ipynb"):   # nbval: one item per cell; setup, call and teardown all count
-        _NOTEBOOK_SECONDS[Path(path).stem] += report.duration
+class _NotebookBudgets:
+    """Sums each notebook's nbval item durations and prints the budget report at the end.
+
+    Registered as a plugin of its own (not as this conftest's hooks): a conftest's
+    per-item hooks see only the items below its folder, and the notebooks are not.
+    """
+
+    def __init__(self):
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    def pytest_runtest_logreport(self, report):
+        path = report.nodeid.split("::")[0]
+        if path.endswith(".ipynb"):   # nbval: one item per cell; setup, call and teardown all count
+            self.seconds[Path(path).stem] += report.duration
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if not self.seconds:
+            return
+        from course_utils.bench import matmul_gflops
+        from course_utils.results import budget_report
+        terminalreporter.write_sep("=", "notebook budgets (a report, not a test)")
+        terminalreporter.write(budget_report(dict(self.seconds), matmul_gflops()))
 
 
-def pytest_terminal_summary(terminalreporter):
-    if not _NOTEBOOK_SECONDS:
-        return
-    from course_utils.bench import matmul_gflops
-    from course_utils.results import budget_report
-    terminalreporter.write_sep("=", "notebook budgets (a report, not a test)")
-    terminalreporter.write(budget_report(dict(_NOTEBOOK_SECONDS), matmul_gflops()))
+def pytest_configure(config):
+    if not config.pluginmanager.has_plugin("notebook-budgets"):
+        config.pluginmanager.register(_NotebookBudgets(), "notebook-budgets")
