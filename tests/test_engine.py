@@ -64,7 +64,26 @@ def test_sampling_draws_the_tokens_generate_draws(tiny, prompts):
                                                   max_new_tokens=12, return_logps=True, use_engine=use_engine))
     fast, slow = runs
     assert fast.texts == slow.texts
-    torch.testing.assert_close(fast.logps, slow.logps)
+    assert torch.equal(fast.completion_ids, slow.completion_ids)
+    assert torch.equal(fast.completion_mask, slow.completion_mask)
+
+
+def test_rows_that_end_early_match_generate(tiny, prompts):
+    """With end tokens the model emits, rows stop at different steps: ids, padding and masks still agree."""
+    model, tok = tiny
+    first = generation.sample_completions(model, tok, prompts, temperature=0, max_new_tokens=6, use_engine=False)
+    common = torch.bincount(first.completion_ids[:, 2:].flatten()).topk(2).indices.tolist()
+    saved = model.generation_config.eos_token_id
+    model.generation_config.eos_token_id = [tok.eos_token_id, *common]
+    try:
+        fast, slow = (generation.sample_completions(model, tok, prompts, temperature=0, max_new_tokens=12,
+                                                    use_engine=e) for e in (True, False))
+    finally:
+        model.generation_config.eos_token_id = saved
+    lengths = slow.lengths
+    assert lengths.min() < lengths.max()                       # the case is really exercised
+    assert torch.equal(fast.completion_ids, slow.completion_ids)
+    assert torch.equal(fast.completion_mask, slow.completion_mask)
 
 
 def test_sampled_tokens_follow_the_model_distribution(tiny):
@@ -101,12 +120,18 @@ def test_lora_model_is_decoded_with_its_adapter(tiny, prompts):
 def test_supports_falls_back_where_generate_would_change_the_logits(tiny, monkeypatch):
     model, tok = tiny
     assert engine.supports(model)
-    model.generation_config.repetition_penalty = 1.3
-    try:
-        assert not engine.supports(model)
-    finally:
-        model.generation_config.repetition_penalty = 1.0
+    for field, value in (("repetition_penalty", 1.3), ("min_p", 0.1), ("num_beams", 2)):
+        neutral = getattr(model.generation_config, field)
+        setattr(model.generation_config, field, value)
+        try:
+            assert not engine.supports(model), field
+        finally:
+            setattr(model.generation_config, field, neutral)
     assert engine.supports(model)
+    assert not engine.supports(modeling.build_model(tok, seed=0).to(torch.bfloat16))   # bf16 keeps generate
+    silly = modeling.build_model(tok, seed=0)
+    silly.config.hidden_act = "gelu"
+    assert not engine.supports(silly)
     monkeypatch.setenv(engine.ENV_SWITCH, "0")
     assert not engine.supports(model)
     assert not engine.supports(torch.nn.Linear(2, 2))
