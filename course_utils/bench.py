@@ -23,11 +23,13 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import platform
 import statistics
 import time
 from pathlib import Path
 from typing import Callable
+from unittest import mock
 
 import torch
 
@@ -212,15 +214,8 @@ def run_bench(threads: int, repeats: int = 3) -> list[dict]:
     eval_flops = forward_flops(cfg, 300 * prompt_len, prompt_len / 2) + forward_flops(
         cfg, 300 * NEW_TOKENS, prompt_len + NEW_TOKENS / 2)
     for use_engine in (False, True):
-        previous = engine.os.environ.get(engine.ENV_SWITCH)
-        engine.os.environ[engine.ENV_SWITCH] = "1" if use_engine else "0"
-        try:
+        with mock.patch.dict(os.environ, {engine.ENV_SWITCH: "1" if use_engine else "0"}):
             seconds = best_of(lambda: evaluate_arithmetic(model, tokenizer), 1)
-        finally:
-            if previous is None:
-                engine.os.environ.pop(engine.ENV_SWITCH)
-            else:
-                engine.os.environ[engine.ENV_SWITCH] = previous
         rows.append({"phase": "evaluate 300 problems (greedy), " + ("course engine" if use_engine else "HF generate"),
                      "seconds": seconds, "flops": eval_flops, "work": "300 x 48 tokens"})
     for row in rows:
@@ -242,7 +237,6 @@ def machine() -> dict:
     except OSError:
         pass
     isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "other"
-    import os
     return {"cpu": model, "isa": isa, "cores": os.cpu_count(), "torch": torch.__version__,
             "python": platform.python_version()}
 
