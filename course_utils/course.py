@@ -60,7 +60,7 @@ NOTEBOOKS = [
     NotebookInfo("04", "rl_foundations", "RL foundations", "RL foundations",
                  "on/off-policy, importance sampling, Monte Carlo, MCTS/UCT, detach, advantage", 2),
     NotebookInfo("05", "ppo", "PPO: proximal policy optimisation", "PPO",
-                 "policy, reference, reward model and critic; clipped ratio, GAE, KL penalty, reward hacking", 9),
+                 "policy, reference, reward model and critic; clipped ratio, GAE, KL penalty, reward hacking", 5),
     NotebookInfo("06", "dpo", "DPO: direct preference optimisation", "DPO",
                  "the DPO loss from the KL-regularised objective; offline vs self-generated pairs, IPO, SimPO, "
                  "what goes wrong", 8),

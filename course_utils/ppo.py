@@ -267,6 +267,19 @@ def ppo_step(model: PolicyAndValue, ref_policy, tokenizer, optimizer, problems: 
     return stats, batch
 
 
+def make_optimizer(model: PolicyAndValue, recipe: PPORecipe) -> torch.optim.AdamW:
+    """One AdamW over policy and value model (as TRL's wrapper had), in two parameter groups.
+
+    The value model's group runs at ``recipe.value_learning_rate`` when it is set. Adam
+    rescales every parameter's gradient, so ``vf_coef`` barely changes how fast the critic
+    learns; its own learning rate does.
+    """
+    value_lr = recipe.value_learning_rate if recipe.value_learning_rate is not None else recipe.learning_rate
+    return torch.optim.AdamW([{"params": list(model.policy.parameters())},
+                              {"params": list(model.value_model.parameters()), "lr": value_lr}],
+                             lr=recipe.learning_rate, eps=1e-5)
+
+
 def train(policy, value_model, ref_policy, tokenizer, problems: list[dict], score_fn: ScoreFn,
           recipe: PPORecipe, seed: int = 0, progress: bool = True) -> list[dict]:
     """Run ``recipe.steps`` PPO iterations on prompts drawn from ``problems``; returns one stats dict per step.
@@ -277,7 +290,7 @@ def train(policy, value_model, ref_policy, tokenizer, problems: list[dict], scor
     """
     model = PolicyAndValue(policy, value_model)
     ref_policy.eval().requires_grad_(False)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.learning_rate, eps=1e-5)
+    optimizer = make_optimizer(model, recipe)
     rng, generator = random.Random(seed), torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     order, history, t0 = [], [], time.perf_counter()

@@ -193,3 +193,15 @@ def test_finished_detects_cut_off_completions():
     c = Completions(["a", "b"], torch.zeros(2, 1, dtype=torch.long), torch.ones(2, 1, dtype=torch.long), ids, mask,
                     None, 1)
     assert ppo.finished(c, [2]).tolist() == [True, False]
+
+
+def test_make_optimizer_puts_the_critic_in_its_own_group(tiny_models):
+    policy, _, value = tiny_models
+    model = ppo.PolicyAndValue(policy, value)
+    same = ppo.make_optimizer(model, PPORecipe(learning_rate=2e-5, value_learning_rate=None))
+    assert [g["lr"] for g in same.param_groups] == [2e-5, 2e-5]           # None: TRL's one learning rate
+    split = ppo.make_optimizer(model, PPORecipe(learning_rate=2e-5, value_learning_rate=1e-3))
+    assert [g["lr"] for g in split.param_groups] == [2e-5, 1e-3]
+    grouped = [id(p) for g in split.param_groups for p in g["params"]]
+    assert sorted(grouped) == sorted(id(p) for p in model.parameters())   # every parameter once, none twice
+    assert {id(p) for p in split.param_groups[1]["params"]} == {id(p) for p in value.parameters()}
