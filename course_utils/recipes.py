@@ -142,24 +142,25 @@ class PPORecipe:
 class DPORecipe:
     """Direct preference optimisation with TRL's DPOTrainer, on self-generated pairs by default (notebook 06)."""
 
-    steps: int = 150
-    """optimizer steps"""
+    steps: int = 300
+    """optimizer steps (with 1,500 problems and 150 steps run (b) gained only +14.3 points at seed 1234)"""
     batch_size: int = 16
     """preference pairs per step"""
     learning_rate: float = 2e-5
     """learning rate after a warm-up of 5% of the steps (the notebook's lr run shows 10x too much)"""
     schedule: str = "constant"
     """after the warm-up: cosine decay to 0 ("cosine") or a constant learning rate ("constant")"""
-    beta: float = 1.0
-    """KL strength: the implicit reward is beta * log(pi / pi_ref); TRL's default 0.1 collapsed accuracy here"""
+    beta: float = 1.5
+    """KL strength: the implicit reward is beta * log(pi / pi_ref); TRL's default 0.1 collapsed accuracy here, and
+    at 300 steps beta 1 gained only +6.7 points at one seed of five (7); 1.5 gained +19 to +34 at all five"""
     loss_type: str = "sigmoid"
     """TRL DPOTrainer loss: "sigmoid" (DPO) or "ipo" (here beta is IPO's tau: the target margin is 1 / (2 beta))"""
     simpo_gamma: float = 0.5
     """SimPO only: the target reward margin gamma"""
     max_length: int = 256
     """longest chat in tokens"""
-    pair_prompts: int = 1500
-    """training problems sampled for self-generated pairs"""
+    pair_prompts: int = 3000
+    """training problems sampled for self-generated pairs (those whose answers are all right or all wrong give none)"""
     samples_per_prompt: int = 4
     """answers sampled per problem; a problem with a right and a wrong one gives a pair"""
     pair_temperature: float = 0.7
@@ -409,14 +410,18 @@ def recipe_for(stage: str, profile: Profile, **overrides):
 
 @lru_cache(maxsize=None)
 def field_docs(cls) -> dict[str, str]:
-    """The one-line docstring under each field of a recipe class, read from its source."""
+    """The docstring under each field of a recipe class, read from its source, as one line.
+
+    A docstring wrapped over several source lines is joined (a line break would end the row of
+    :func:`describe`'s Markdown table).
+    """
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     body = tree.body[0].body
     docs = {}
     for node, nxt in zip(body, body[1:]):
         if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
                 and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)):
-            docs[node.target.id] = str(nxt.value.value)
+            docs[node.target.id] = " ".join(str(nxt.value.value).split())
     return docs
 
 

@@ -1,3 +1,5 @@
+from dataclasses import fields
+
 import pytest
 import torch
 
@@ -8,7 +10,6 @@ GPU = Profile(name="gpu", model_id="Qwen/Qwen3-0.6B", seed=1, device="cuda", dty
 
 
 def test_every_recipe_field_has_a_docstring():
-    from dataclasses import fields
     for recipe in recipes.DEFAULTS.values():
         docs = recipes.field_docs(type(recipe))
         assert {f.name for f in fields(recipe)} == set(docs), type(recipe).__name__
@@ -27,6 +28,13 @@ def test_recipe_for_applies_gpu_values_then_overrides():
         recipes.recipe_for("sft", GPU, lr=1)
     with pytest.raises(ValueError, match="no recipe"):
         recipes.recipe_for("no_such_stage", GPU)
+
+
+def test_describe_gives_each_field_one_table_row():
+    for recipe in recipes.DEFAULTS.values():
+        rows = [r for r in recipes.describe(recipe).splitlines() if r.startswith("| `")]
+        assert len(rows) == len(fields(recipe)), type(recipe).__name__
+    assert "\n" not in recipes.field_docs(recipes.DPORecipe)["beta"]   # wrapped over two source lines
 
 
 def test_describe_marks_changed_fields():
