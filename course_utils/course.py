@@ -63,7 +63,7 @@ NOTEBOOKS = [
                  "policy, reference, reward model and critic; clipped ratio, GAE, KL penalty, reward hacking", 5),
     NotebookInfo("06", "dpo", "DPO: direct preference optimisation", "DPO",
                  "the DPO loss from the KL-regularised objective; offline vs self-generated pairs, IPO, SimPO, "
-                 "what goes wrong", 12),
+                 "what goes wrong", 9),
     NotebookInfo("07", "grpo", "GRPO: group relative policy optimisation", "GRPO",
                  "group-relative advantages without a critic, verifiable rewards, GRPOTrainer + LoRA; Dr. GRPO, DAPO, "
                  "GSPO; reward hacking and troubleshooting", 10),

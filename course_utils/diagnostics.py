@@ -51,6 +51,23 @@ def _thirds(values: list[float]) -> tuple[float, float]:
     return sum(values[:k]) / k, sum(values[-k:]) / k
 
 
+def late_mean(log_history: Iterable[Mapping], key: str, fraction: float = 0.5) -> float:
+    """Mean of ``key`` over the last ``fraction`` of the entries that log it (at least one).
+
+    A logged metric is noisy from one logging window to the next; the mean over the
+    late part of a run says where it ended without hanging on one window. Entries
+    without ``key`` (the final summary, another phase's log) are skipped; a key no
+    entry logs raises ``KeyError``.
+    """
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    values = _series(log_history, key)
+    if not values:
+        raise KeyError(f"no entry of the log has {key!r}")
+    tail = values[len(values) - max(1, round(fraction * len(values))):]
+    return sum(tail) / len(tail)
+
+
 def _end_above(history, key: str, limit: float, skipped: list, check: str) -> float | None:
     """The last third's mean of ``key`` when it exceeds ``limit``; None otherwise (``check`` noted as skipped if unlogged)."""
     values = _series(history, key)

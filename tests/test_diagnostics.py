@@ -1,7 +1,7 @@
 """diagnostics.rl_health on synthetic log histories: each failure is found, a healthy run passes."""
 import pytest
 
-from course_utils.diagnostics import Thresholds, rl_health
+from course_utils.diagnostics import Thresholds, late_mean, rl_health
 
 
 def trl_history(n=30, **overrides):
@@ -61,3 +61,14 @@ def test_thresholds_are_adjustable():
     history = trl_history(frac_reward_zero_std=lambda i, n: 0.6)
     assert kinds(history) == ["zero-std groups"]
     assert kinds(history, thresholds=Thresholds(zero_std=0.7)) == []
+
+
+def test_late_mean_averages_the_last_part_of_the_entries_that_log_the_key():
+    log = [{"m": 1.0}, {"m": 2.0}, {"other": 9.0}, {"m": 3.0}, {"m": 5.0}, {"train_runtime": 1.0}]
+    assert late_mean(log, "m") == 4.0                    # the last half of 1, 2, 3, 5
+    assert late_mean(log, "m", fraction=1.0) == 2.75
+    assert late_mean(log, "m", fraction=0.1) == 5.0      # at least one entry
+    with pytest.raises(KeyError):
+        late_mean(log, "missing")
+    with pytest.raises(ValueError):
+        late_mean(log, "m", fraction=0)
