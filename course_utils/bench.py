@@ -6,7 +6,8 @@ and times, at 1 and 2 threads:
 
 * **matmul**: a 1024² float32 product, the machine's attainable GFLOP/s (the roofline);
 * **sampling** 48 new tokens for a batch of prompts, with ``generate`` and with the
-  course's engine (:mod:`engine`), and ``generate`` without its KV cache;
+  course's engine (:mod:`engine`), also through a LoRA adapter (a GRPO step's sampling),
+  and ``generate`` without its KV cache;
 * **scoring**: per-token log-probs of given completions (one forward pass);
 * **one training step** (forward, backward, AdamW) of each loss the course trains with,
   on the batch its trainer would see: SFT, reward model, DPO, GRPO and our PPO;
@@ -198,6 +199,22 @@ def run_bench(threads: int, repeats: int = 3) -> list[dict]:
             name = f"sample {n} x {NEW_TOKENS} tokens, " + ("course engine" if use_engine else "HF generate")
             rows.append({"phase": name, "seconds": best_of(sampling(n, use_engine), repeats), "flops": flops,
                          "work": f"{n * NEW_TOKENS} tokens"})
+    # what GRPOTrainer samples with: 32 rows through a rank-16 LoRA adapter on every linear layer (the engine
+    # folds each adapter into one weight; generate calls base, A and B separately)
+    from peft import LoraConfig, get_peft_model
+    lora_model = get_peft_model(copy.deepcopy(model), LoraConfig(r=16, lora_alpha=32, target_modules="all-linear",
+                                                                 init_lora_weights=False))
+    n = BATCH // 2
+    flops = forward_flops(cfg, n * prompt_len, prompt_len / 2) + forward_flops(cfg, n * NEW_TOKENS,
+                                                                             prompt_len + NEW_TOKENS / 2)
+    for use_engine in (False, True):
+        def run_lora(use_engine=use_engine):
+            torch.manual_seed(0)
+            return sample_completions(lora_model, tokenizer, prompts[:n], temperature=1.0, max_new_tokens=NEW_TOKENS,
+                                      batch_size=n, use_engine=use_engine)
+        rows.append({"phase": f"sample {n} x {NEW_TOKENS} tokens through a LoRA adapter, "
+                              + ("course engine" if use_engine else "HF generate"),
+                     "seconds": best_of(run_lora, repeats), "flops": flops, "work": f"{n * NEW_TOKENS} tokens"})
     no_cache = sum(forward_flops(cfg, BATCH * (prompt_len + t), (prompt_len + t) / 2) for t in range(NEW_TOKENS))
     rows.append({"phase": f"sample {BATCH} x {NEW_TOKENS} tokens, HF generate without KV cache",
                  "seconds": best_of(sampling(BATCH, False, use_cache=False), 1), "flops": no_cache,

@@ -66,7 +66,7 @@ NOTEBOOKS = [
                  "what goes wrong", 9),
     NotebookInfo("07", "grpo", "GRPO: group relative policy optimisation", "GRPO",
                  "group-relative advantages without a critic, verifiable rewards, GRPOTrainer + LoRA; Dr. GRPO, DAPO, "
-                 "GSPO; reward hacking and troubleshooting", 10),
+                 "GSPO; reward hacking and troubleshooting", 8),
     NotebookInfo("08", "r1_pipeline", "The DeepSeek-R1 recipe, every stage run", "R1 pipeline",
                  "R1-Zero from the base; cold start, reasoning RL with a consistency reward, rejection sampling, SFT "
                  "with non-reasoning data, RL again; what R1 dropped", 8),

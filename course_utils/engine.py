@@ -3,9 +3,10 @@
 On the tiny model (4 layers, hidden 96) a decoding step is little arithmetic, and Hugging
 Face ``generate`` adds per-token bookkeeping to it (mask building, cache objects, logits
 processors, stopping criteria): ``make bench`` measured it at 8-18x what the FLOPs allow for
-64 rows, against 6-12x for this loop. :func:`decode` runs the model's own modules (so LoRA
-adapters, tied embeddings and biases apply as they do in ``forward``) in a plain loop with a
-preallocated key/value cache and one additive attention bias:
+64 rows, against 6-12x for this loop. :func:`decode` runs the model's own weights (a LoRA
+layer as the one weight ``W + scaling * B @ A`` its forward computes, tied embeddings and
+biases as in ``forward``) in a plain loop with a preallocated key/value cache and one
+additive attention bias:
 
 1. **prefill** the left-padded prompts in one pass, writing each layer's keys and values;
 2. **step**: feed the last token of every row, attend over the cache, pick the next token
@@ -22,8 +23,9 @@ a sliding window) with SiLU, the default RoPE and float32 weights on a CPU: the 
 CPU path (in bfloat16 or with a GPU's kernels its fused products would round differently
 from ``forward``'s). :func:`supports` says whether a model qualifies, and
 :func:`generation.sample_completions` falls back to ``generate`` for any other model. It is
-the course's sampling for evaluation, PPO rollouts, rejection sampling and best-of-N; TRL's
-trainers keep their own generation (they are the lesson).
+the course's sampling for evaluation, PPO rollouts, rejection sampling and best-of-N, and the
+sampling step of TRL's ``GRPOTrainer`` on the CPU (:func:`training.grpo_trainer_class`, where
+:func:`supports_sampling` holds: the trainer stays TRL's, as it does with vLLM on a GPU).
 """
 from __future__ import annotations
 
@@ -50,7 +52,48 @@ _LOGIT_CHANGING = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "encode
                    "sequence_bias": None, "num_beams": 1, "min_p": 0.0, "top_h": None, "typical_p": 1.0,
                    "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "exponential_decay_length_penalty": None,
                    "guidance_scale": 1.0, "watermarking_config": None, "max_time": None, "stop_strings": None,
-                   "penalty_alpha": None, "diversity_penalty": 0.0, "num_beam_groups": 1}
+                   "penalty_alpha": None, "diversity_penalty": 0.0, "num_beam_groups": 1,
+                   # these change the decoding algorithm itself (assisted decoding, constraints, several returns)
+                   "prompt_lookup_num_tokens": None, "assistant_early_exit": None, "token_healing": False,
+                   "constraints": None, "force_words_ids": None, "num_return_sequences": 1}
+
+
+def changes_logits(generation_config) -> bool:
+    """True if ``generate`` with this config would edit the logits before its draw (a penalty, min-p, beams, ...).
+
+    Temperature, top-k and top-p are not looked at here: :func:`generation.sample_completions`
+    passes them to ``generate`` itself (the full distribution); :func:`supports_sampling` checks them.
+    """
+    if any(getattr(generation_config, k, None) not in (None, neutral) for k, neutral in _LOGIT_CHANGING.items()):
+        return True
+    return (getattr(generation_config, "min_length", 0) or 0) > 0
+
+
+def supports_sampling(model, generation_config) -> bool:
+    """True where :func:`decode` draws the tokens ``model.generate(..., generation_config=generation_config)`` draws.
+
+    :func:`supports` for the model, and a config that samples from the full ``softmax(z / T)``:
+    ``do_sample``, a float temperature above 0, top-k 0 and top-p 1 given explicitly (None means
+    "unset" to ``generate``, which then applies the model's or its own default top-k of 50), and
+    nothing in :func:`changes_logits`. The model may be in training mode (TRL samples there) only
+    if no dropout is active, since :func:`decode` applies none (every ``nn.Dropout`` at p = 0 and
+    the config's attention dropout 0), and not with gradient checkpointing, which turns the
+    cache off inside ``generate``.
+    """
+    if not supports(model) or getattr(generation_config, "do_sample", None) is not True \
+            or changes_logits(generation_config):
+        return False
+    temperature = getattr(generation_config, "temperature", None)
+    if not isinstance(temperature, float) or temperature <= 0:
+        return False
+    if getattr(generation_config, "top_k", None) != 0 or getattr(generation_config, "top_p", None) != 1.0:
+        return False
+    base = _base_causal_lm(model)
+    if getattr(base.config, "attention_dropout", 0.0):
+        return False
+    if model.training and getattr(base, "is_gradient_checkpointing", False):
+        return False
+    return all(m.p == 0 for m in model.modules() if isinstance(m, torch.nn.Dropout))
 
 
 def supports(model) -> bool:
@@ -74,9 +117,7 @@ def supports(model) -> bool:
     if param is None or param.dtype != torch.float32 or param.device.type != "cpu":
         return False
     gen = getattr(base, "generation_config", None)
-    if gen is not None and any(getattr(gen, k, None) not in (None, neutral) for k, neutral in _LOGIT_CHANGING.items()):
-        return False
-    if gen is not None and (getattr(gen, "min_length", 0) or 0) > 0:
+    if gen is not None and changes_logits(gen):
         return False
     config = getattr(base, "config", None)
     inner = getattr(base, "model", None)
@@ -97,20 +138,57 @@ def supports(model) -> bool:
         and hasattr(base, "lm_head")
 
 
-def _fused_linear(modules):
-    """One ``(weight, bias)`` for several plain ``nn.Linear`` layers applied to the same input, else None.
+def _linear_weights(module):
+    """``(weight, bias)`` with which ``F.linear`` computes ``module``, else None (then the module is called as it is).
 
-    Fusing q/k/v (and gate/up) saves two matrix products per layer and step; a LoRA layer
-    (or any other module) is called as it is instead.
+    A plain ``nn.Linear`` gives its own. A PEFT LoRA ``Linear`` gives its base weight plus
+    each active adapter's ``scaling * B @ A`` (PEFT's ``get_delta_weight``), i.e. the weight
+    ``merge_adapter`` would write, or the base weight alone while adapters are disabled:
+    the same function as the layer's forward, in one product instead of three plus a cast
+    and an add per adapter. Adapters with dropout, their own bias or a LoRA variant (DoRA,
+    aLoRA, ...: PEFT's ``lora_variant``), and other PEFT layer types (LoHa, OFT, ...), are
+    called as they are.
     """
-    if not all(type(m) is torch.nn.Linear for m in modules):
+    if type(module) is torch.nn.Linear:
+        return module.weight, module.bias
+    base = getattr(module, "base_layer", None)
+    if type(base) is not torch.nn.Linear or not hasattr(module, "get_delta_weight") or getattr(module, "merged", False):
         return None
-    weight = torch.cat([m.weight for m in modules])
-    biases = [m.bias for m in modules]
-    if all(b is None for b in biases):
+    lora_a = getattr(module, "lora_A", None)
+    if not isinstance(lora_a, torch.nn.ModuleDict):            # not a LoRA layer: its delta is no sum B @ A
+        return None
+    if getattr(module, "disable_adapters", False):
+        return base.weight, base.bias
+    weight = base.weight
+    for name in module.active_adapters:
+        if name not in lora_a:
+            continue
+        if name in getattr(module, "lora_variant", {}):         # DoRA, aLoRA, ...: not W + delta everywhere
+            return None
+        dropout = module.lora_dropout[name]
+        if not isinstance(dropout, torch.nn.Identity) and getattr(dropout, "p", 0) != 0:
+            return None
+        if module.use_dora.get(name, False) or getattr(module, "lora_bias", {}).get(name, False):
+            return None
+        weight = weight + module.get_delta_weight(name)
+    return weight, base.bias
+
+
+def _fused_linear(modules):
+    """One ``(weight, bias)`` for several linear layers applied to the same input, else None.
+
+    Fusing q/k/v (and gate/up) saves two matrix products per layer and step; a layer
+    :func:`_linear_weights` cannot express is called as it is instead.
+    """
+    parts = [_linear_weights(m) for m in modules]
+    if any(p is None for p in parts):
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    weight = torch.cat([w for w, _ in parts])
+    if all(b is None for _, b in parts):
         return weight, None
-    return weight, torch.cat([b if b is not None else m.weight.new_zeros(m.out_features)
-                              for b, m in zip(biases, modules)])
+    return weight, torch.cat([b if b is not None else w.new_zeros(w.size(0)) for w, b in parts])
 
 
 class _Decoder:
@@ -129,6 +207,8 @@ class _Decoder:
         self.qkv = [_fused_linear([l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj])
                     for l in self.inner.layers]
         self.gate_up = [_fused_linear([l.mlp.gate_proj, l.mlp.up_proj]) for l in self.inner.layers]
+        self.o = [_fused_linear([l.self_attn.o_proj]) for l in self.inner.layers]
+        self.down = [_fused_linear([l.mlp.down_proj]) for l in self.inner.layers]
         param = next(base.parameters())
         shape = (batch, self.n_kv, max_len, self.head_dim)
         self.k = [param.new_zeros(shape) for _ in self.inner.layers]
@@ -161,7 +241,8 @@ class _Decoder:
         if fused is None:
             return layer.mlp(x)
         gate, up = F.linear(x, *fused).chunk(2, dim=-1)
-        return layer.mlp.down_proj(F.silu(gate) * up)
+        act = F.silu(gate) * up
+        return F.linear(act, *self.down[i]) if self.down[i] is not None else layer.mlp.down_proj(act)
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, start: int, bias: torch.Tensor):
         """Logits of the last position for ``ids`` ``(B, T)`` written at cache columns ``start:start+T``.
@@ -193,7 +274,7 @@ class _Decoder:
                 out = F.scaled_dot_product_attention(q, keys, values, attn_mask=bias, scale=self.scaling,
                                                      enable_gqa=groups > 1)
                 out = out.transpose(1, 2).reshape(b, t, -1)
-            h = h + attn.o_proj(out)
+            h = h + (F.linear(out, *self.o[i]) if self.o[i] is not None else attn.o_proj(out))
             h = h + self._mlp(i, layer, self._norm(layer.post_attention_layernorm, h))
         return self.lm_head(self._norm(self.inner.norm, h[:, -1]))               # (B, V)
 
@@ -237,7 +318,8 @@ def decode(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, max_new_t
     Greedy at ``temperature == 0``; otherwise each token is drawn from
     ``softmax(logits / temperature)`` with ``torch.multinomial`` (the global RNG unless
     ``generator`` is given). Stops early once every row has ended, as ``generate`` does.
-    The model must be in eval mode (``generation.eval_mode``).
+    It applies no dropout: call it in eval mode (``generation.eval_mode``), or in training mode only
+    where no dropout is active (:func:`supports_sampling` checks).
     """
     if prompt_ids.dim() != 2 or prompt_ids.shape != prompt_mask.shape:
         raise ValueError(f"prompt_ids and prompt_mask must be (B, P) alike, got {tuple(prompt_ids.shape)} "

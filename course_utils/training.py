@@ -11,10 +11,12 @@ where Triton exists), so importing ``course_utils`` never imports TRL.
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallback, TrainingArguments
 
+from . import generation
 from .compat import install_trl_cpu_fallback
 from .data import load_jsonl, preference_rows, sft_rows
 from .evaluation import evaluate_arithmetic
@@ -165,7 +167,7 @@ def grpo_trainer(model, tokenizer, profile: Profile, recipe: GRPORecipe, output_
     ``config_overrides`` go to ``GRPOConfig`` (e.g. ``reward_weights=[1.0, 0.0]``).
     """
     from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
     install_trl_cpu_fallback()
     peft_config = None
     if recipe.lora_r:
@@ -182,9 +184,61 @@ def grpo_trainer(model, tokenizer, profile: Profile, recipe: GRPORecipe, output_
         remove_unused_columns=False)
     kwargs.update(config_overrides)
     args = GRPOConfig(output_dir=str(output_dir), **profile.trainer_kwargs(**kwargs))
-    return GRPOTrainer(model=model, reward_funcs=list(reward_funcs), args=args,
+    return grpo_trainer_class()(model=model, reward_funcs=list(reward_funcs), args=args,
                        train_dataset=Dataset.from_list(train_rows), processing_class=tokenizer,
                        reward_processing_classes=reward_processing_classes, peft_config=peft_config)
+
+
+@functools.cache
+def grpo_trainer_class():
+    """TRL's ``GRPOTrainer``, sampling with the course's decoder wherever that draws ``generate``'s very tokens.
+
+    Everything but the sampling is TRL's: the batch, rewards, advantages, log-probs, loss
+    and logs. TRL's regular (non-vLLM) path left-pads the prompts, calls ``model.generate``
+    and masks each completion after its first EOS; this subclass does the same with
+    :func:`engine.decode` (the same ``torch.multinomial`` draws on the same probabilities:
+    ``tests/test_grpo.py`` compares the completions and a two-step run's logs; the probabilities
+    agree to float rounding, so a draw that lands within rounding of a boundary could differ),
+    because on the tiny CPU model ``generate``'s per-token bookkeeping costs more than the model.
+    Where :func:`engine.supports_sampling` says no (a GPU, bf16 weights, top-k, min-p, a penalty,
+    dropout, gradient checkpointing, env ``COURSE_FAST_DECODE=0``), where the generation config
+    stops at other EOS ids than the trainer masks with, or with vLLM, continuous batching,
+    DeepSpeed/FSDP, images or tools' images, it is TRL's own path unchanged. It plays the role
+    vLLM plays on a GPU: a faster sampler, the same trainer.
+    """
+    import torch
+    from trl import GRPOTrainer
+    from trl.models import unwrap_model_for_generation
+
+    from . import engine
+
+    class CourseGRPOTrainer(GRPOTrainer):
+        __doc__ = grpo_trainer_class.__doc__
+
+        def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
+                                  has_tool_images=False):
+            model = self.accelerator.unwrap_model(self.model_wrapped)
+            stop = self.generation_config.eos_token_id           # where generate stops (generation_kwargs may set it)
+            stop = set(stop if isinstance(stop, (list, tuple)) else [stop])
+            if (self.use_vllm or self.use_transformers_continuous_batching or images is not None or multimodal_fields
+                    or has_tool_images or self.is_deepspeed_enabled or self.is_fsdp_enabled
+                    or stop != set(self.eos_token_ids) or not engine.supports_sampling(model, self.generation_config)):
+                return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                     has_tool_images)
+            device = self.accelerator.device
+            pad_id = self._tokenizer.pad_token_id
+            width = max(len(ids) for ids in prompt_ids)        # left padding, as TRL's path pads
+            padded = torch.tensor([[pad_id] * (width - len(ids)) + list(ids) for ids in prompt_ids], device=device)
+            mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompt_ids], device=device)
+            with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
+                                             gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                                             generation_kwargs=self.generation_kwargs) as unwrapped:
+                completion_ids = engine.decode(unwrapped, padded, mask, self.generation_config.max_new_tokens,
+                                               list(self.eos_token_ids), pad_id, self.generation_config.temperature)
+            keep = generation.completion_mask_after_eos(completion_ids, list(self.eos_token_ids)).bool()
+            return [c[m].tolist() for c, m in zip(completion_ids.cpu(), keep.cpu(), strict=True)], None
+
+    return CourseGRPOTrainer
 
 
 def gkd_trainer(student, teacher, tokenizer, profile: Profile, recipe: DistillRecipe, output_dir: str | Path,

@@ -117,6 +117,30 @@ def test_lora_model_is_decoded_with_its_adapter(tiny, prompts):
     assert base != generation.generate(peft_model, tok, prompts, max_new_tokens=10)   # the adapter was applied
 
 
+def test_lora_layers_become_one_weight_that_computes_their_forward(tiny):
+    """A LoRA Linear is W + scaling * B @ A (adapter on), W (adapter off); dropout or DoRA keep the module call."""
+    from peft import LoHaConfig, LoraConfig, get_peft_model
+    _, tok = tiny
+    for extra in ({}, {"use_rslora": True, "lora_alpha": 16}):       # scaling alpha / r, or alpha / sqrt(r)
+        peft_model = get_peft_model(modeling.build_model(tok, seed=0),
+                                    LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False, **extra)).eval()
+        layer = peft_model.get_base_model().model.layers[0].self_attn.q_proj
+        x = torch.randn(5, layer.in_features, generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            weight, bias = engine._linear_weights(layer)
+            torch.testing.assert_close(torch.nn.functional.linear(x, weight, bias), layer(x), atol=1e-5, rtol=1e-5)
+            assert not torch.allclose(weight, layer.base_layer.weight)
+            with peft_model.disable_adapter():
+                off_weight, _ = engine._linear_weights(layer)
+                assert off_weight is layer.base_layer.weight
+    for config in (LoraConfig(r=4, target_modules="all-linear", lora_dropout=0.1),
+                   LoraConfig(r=4, target_modules="all-linear", use_dora=True),
+                   LoHaConfig(r=4, target_modules=["q_proj"])):          # not a LoRA layer: no B @ A to fold
+        other = get_peft_model(modeling.build_model(tok, seed=0), config)
+        assert engine._linear_weights(other.get_base_model().model.layers[0].self_attn.q_proj) is None, config
+    assert engine._linear_weights(torch.nn.Conv1d(2, 2, 1)) is None
+
+
 def test_supports_falls_back_where_generate_would_change_the_logits(tiny, monkeypatch):
     model, tok = tiny
     assert engine.supports(model)

@@ -125,8 +125,8 @@ def tiny_grpo(tokenizer, tmp_path_factory):
     from course_utils.training import grpo_trainer
 
     def make(**changes):
-        recipe = replace(GRPORecipe(), steps=1, max_completion_length=12, num_generations=4, prompts_per_step=2,
-                         **changes)
+        recipe = replace(GRPORecipe(), **{"steps": 1, "max_completion_length": 12, "num_generations": 4,
+                                           "prompts_per_step": 2, **changes})
         rows = grpo.grpo_rows(load_jsonl("arithmetic", "train")[:8])
         model = build_model(tokenizer, seed=0).float()
         return grpo_trainer(model, tokenizer, get_profile("cpu-tiny", seed=0), recipe, tmp_path_factory.mktemp("g"),
@@ -157,3 +157,88 @@ def test_trl_drops_the_answer_column_without_remove_unused_columns_false(tiny_gr
     batch_rows = [{"prompt": r["prompt"]} for r in [trainer.train_dataset[0]] * trainer.num_generations]
     with pytest.raises(ValueError, match="remove_unused_columns=False"):
         trainer._generate_and_score_completions(batch_rows)
+
+
+def _trl_prompt_ids(trainer, n_prompts=2):
+    rows = [trainer.train_dataset[i] for i in range(n_prompts) for _ in range(trainer.num_generations)]
+    prompt_ids, images, fields = trainer._tokenize_prompts([r["prompt"] for r in rows])
+    return prompt_ids, images, fields
+
+
+def test_course_sampler_draws_trls_own_completions(tiny_grpo, monkeypatch):
+    """The course's GRPOTrainer samples (on the LoRA model, in training mode) the very completions TRL's path does."""
+    from trl import GRPOTrainer
+
+    from course_utils import engine
+    trainer = tiny_grpo(temperature=1.0)
+    assert type(trainer).__mro__[1] is GRPOTrainer and engine.supports_sampling(trainer.model, trainer.generation_config)
+    torch.manual_seed(3)
+    with torch.no_grad():                # PEFT starts B at 0: a trained adapter's delta, so the fold is tested
+        for name, param in trainer.model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.05)
+    calls = []
+    decode = engine.decode
+    monkeypatch.setattr(engine, "decode", lambda *a, **k: calls.append(1) or decode(*a, **k))
+    prompt_ids, images, fields = _trl_prompt_ids(trainer)
+    runs = []
+    for method in (type(trainer)._generate_single_turn, GRPOTrainer._generate_single_turn):
+        torch.manual_seed(5)
+        runs.append(method(trainer, prompt_ids, images, fields, trainer.num_generations)[0])
+    ours, theirs = runs
+    assert calls == [1]                                           # the course's sampler ran, TRL's did not call it
+    assert ours == theirs
+    assert len({tuple(c) for c in ours}) > 1                      # real samples, not one repeated string
+    eos = set(trainer.eos_token_ids)
+    for c in ours:                                                # EOS ends a completion; nothing follows it
+        assert not eos & set(c[:-1])
+    assert any(c and c[-1] in eos and len(c) < trainer.max_completion_length for c in ours)
+
+
+def test_course_sampler_falls_back_to_trl_where_it_would_differ(tiny_grpo, monkeypatch):
+    """top-k, a repetition penalty, active dropout or the env switch: TRL's own generate path is used."""
+    from course_utils import engine
+    trainer = tiny_grpo()
+    assert engine.supports_sampling(trainer.model, trainer.generation_config)
+    for field, value in (("top_k", 5), ("top_k", None), ("top_p", None), ("repetition_penalty", 1.2),
+                         ("min_p", 0.1), ("do_sample", False), ("temperature", 0.0), ("num_return_sequences", 2)):
+        saved = getattr(trainer.generation_config, field)
+        setattr(trainer.generation_config, field, value)
+        assert not engine.supports_sampling(trainer.model, trainer.generation_config), field
+        setattr(trainer.generation_config, field, saved)
+    config = trainer.model.get_base_model().config
+    monkeypatch.setattr(config, "attention_dropout", 0.1)        # TRL samples in training mode: dropout would act
+    assert not engine.supports_sampling(trainer.model, trainer.generation_config)
+    monkeypatch.setattr(config, "attention_dropout", 0.0)
+    monkeypatch.setenv(engine.ENV_SWITCH, "0")
+    assert not engine.supports_sampling(trainer.model, trainer.generation_config)
+    monkeypatch.delenv(engine.ENV_SWITCH)
+    trainer.model.get_base_model().gradient_checkpointing_enable()   # generate then runs without a cache
+    assert not engine.supports_sampling(trainer.model.train(), trainer.generation_config)
+    trainer.model.get_base_model().gradient_checkpointing_disable()
+    calls = []
+    monkeypatch.setattr(engine, "decode", lambda *a, **k: calls.append(1))
+    trainer.generation_config.top_k = 5
+    prompt_ids, images, fields = _trl_prompt_ids(trainer, 1)
+    out = trainer._generate_single_turn(prompt_ids, images, fields, trainer.num_generations)[0]
+    assert not calls and len(out) == trainer.num_generations
+
+
+def test_course_grpo_run_logs_what_trls_run_logs(tiny_grpo, monkeypatch):
+    """Two steps with the course's sampler and two with TRL's generate, from one seed: the same log, number for number."""
+    from course_utils import engine
+    logs = []
+    calls = []
+    decode = engine.decode
+    monkeypatch.setattr(engine, "decode", lambda *a, **k: calls.append(1) or decode(*a, **k))
+    for switch in ("1", "0"):
+        monkeypatch.setenv(engine.ENV_SWITCH, switch)
+        torch.manual_seed(11)
+        trainer = tiny_grpo(steps=2)
+        trainer.args.logging_steps = 1
+        trainer.train()
+        logs.append([{k: v for k, v in h.items() if "time" not in k and "per_second" not in k}
+                     for h in trainer.state.log_history])
+    assert calls == [1, 1]                                        # both steps of the first run used the engine
+    assert logs[0] == logs[1]
+    assert logs[0][0]["completions/mean_length"] > 0
