@@ -209,6 +209,7 @@ def grpo_trainer_class():
     import torch
     from trl import GRPOTrainer
     from trl.models import unwrap_model_for_generation
+    from trl.trainer.utils import pad
 
     from . import engine
 
@@ -227,9 +228,9 @@ def grpo_trainer_class():
                                                      has_tool_images)
             device = self.accelerator.device
             pad_id = self._tokenizer.pad_token_id
-            width = max(len(ids) for ids in prompt_ids)        # left padding, as TRL's path pads
-            padded = torch.tensor([[pad_id] * (width - len(ids)) + list(ids) for ids in prompt_ids], device=device)
-            mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompt_ids], device=device)
+            prompts = [torch.tensor(ids) for ids in prompt_ids]   # left-padded with TRL's own helper, as its path does
+            padded = pad(prompts, padding_value=pad_id, padding_side="left").to(device)
+            mask = pad([torch.ones_like(t) for t in prompts], padding_value=0, padding_side="left").to(device)
             with unwrap_model_for_generation(self.model_wrapped, self.accelerator,
                                              gather_deepspeed3_params=self.args.ds3_gather_for_generation,
                                              generation_kwargs=self.generation_kwargs) as unwrapped:
