@@ -83,9 +83,37 @@ def is_hub_stage(name: str, profile: Profile) -> bool:
     return name == "pretrain" and not profile.is_cpu and profile.model_id is not None
 
 
+def stage_inputs(name: str, profile: Profile, recipe=None) -> dict:
+    """Everything that makes stage ``name`` for ``profile``, as ``stage.json`` records it.
+
+    The profile (and so the base model), the seed, the recipe (default: its notebook's) and,
+    recursively, the parent stage's own inputs: a stage built from another parent, seed or
+    recipe is another stage, whatever its folder is called.
+    """
+    stage = get_stage(name)
+    if is_hub_stage(name, profile):
+        return {"stage": name, "profile": profile.slug, "hub": profile.model_id}
+    recipe = recipe_for(name, profile) if recipe is None else recipe
+    info = {"stage": name, "profile": profile.slug, "seed": profile.seed,
+            "recipe": {"class": type(recipe).__name__, **asdict(recipe)},
+            "parent": stage_inputs(stage.parent, profile) if stage.parent else None}
+    return json.loads(json.dumps(info, sort_keys=True))       # as it reads back from JSON (tuples as lists)
+
+
 def stage_exists(name: str, profile: Profile) -> bool:
+    """True if stage ``name`` is saved for ``profile`` and was made from the inputs it would be built from now.
+
+    A folder whose ``stage.json`` records another seed, recipe or parent (or none) is stale:
+    :func:`load_stage` rebuilds it rather than reuse it for other inputs.
+    """
     path = stage_dir(name, profile)
-    return path.is_dir() and any(path.glob("*.safetensors"))
+    if not (path.is_dir() and any(path.glob("*.safetensors"))):
+        return False
+    try:
+        recorded = json.loads((path / "stage.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return recorded == stage_inputs(name, profile)
 
 
 def load_checkpoint(path: str | Path, model_class=AutoModelForCausalLM, **kwargs):
@@ -107,10 +135,17 @@ def load_hub_model(model_id: str, profile: Profile, model_class=AutoModelForCaus
 
 
 def save_stage(name: str, model, tokenizer, profile: Profile, recipe=None) -> Path:
-    """Save a trained stage (safetensors) and a ``stage.json`` naming its recipe and profile."""
+    """Save a trained stage (safetensors) and a ``stage.json`` with its inputs (:func:`stage_inputs`).
+
+    ``recipe`` is the one it was trained with (default: its notebook's); the parent's inputs are
+    read from the parent's own ``stage.json``, i.e. what the model was really trained from.
+    """
     path = save_checkpoint(model, tokenizer, stage_dir(name, profile))
-    info = {"stage": name, "profile": profile.slug, "seed": profile.seed,
-            "recipe": {"class": type(recipe).__name__, **asdict(recipe)} if recipe is not None else None}
+    info = stage_inputs(name, profile, recipe)
+    parent = get_stage(name).parent
+    if parent and not is_hub_stage(parent, profile):
+        parent_json = stage_dir(parent, profile) / "stage.json"
+        info["parent"] = json.loads(parent_json.read_text(encoding="utf-8")) if parent_json.exists() else None
     (path / "stage.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return path
 
@@ -137,7 +172,8 @@ def load_stage(name: str, profile: Profile | None = None, build_if_missing: bool
         if not build_if_missing:
             raise FileNotFoundError(f"stage {name!r} not found at {stage_dir(name, profile)}; "
                                     f"run {stage.notebook_name}")
-        print(f"Stage {name!r} not found at {stage_dir(name, profile)}: building it now "
+        print(f"Stage {name!r} not found at {stage_dir(name, profile)} (or made from other inputs): "
+              f"building it now "
               f"(the recipe of {stage.notebook_name}, about {stage.minutes:g} min on 2 CPU cores).")
         t0 = time.time()
         build_stage(name, profile)

@@ -103,3 +103,25 @@ def test_sft_cold_stops_at_its_target_accuracy(tmp_artifacts, tiny_recipes, monk
     assert callback.stopped_at == 2 and seen["trainer"].state.global_step == 2
     assert [step for step, _ in callback.curve] == [0, 2]
     assert len(seen["trainer"].train_dataset) == 7500  # streams all chats; the target decides how many are seen
+
+
+def test_a_stage_is_never_reused_for_other_inputs(tmp_artifacts, tiny_recipes, monkeypatch):
+    """Another seed, another recipe or a rebuilt parent makes a saved stage stale; load_stage rebuilds it."""
+    prof = get_profile("cpu-tiny", seed=1234)
+    stages.build_stage("pretrain", prof)
+    stages.build_stage("sft", prof)
+    assert stages.stage_exists("sft", prof)
+    info = json.loads((stages.stage_dir("sft", prof) / "stage.json").read_text())
+    assert info["seed"] == 1234 and info["parent"]["stage"] == "pretrain" and info["parent"]["seed"] == 1234
+    assert not stages.stage_exists("sft", replace(prof, seed=7))                     # same folder, other seed
+    monkeypatch.setattr(stages, "recipe_for", lambda name, profile: recipes.recipe_for(name, profile, steps=3))
+    assert not stages.stage_exists("sft", prof)                                        # other recipe
+    monkeypatch.setattr(stages, "recipe_for", _tiny_recipe)
+    stages.save_stage("pretrain", *stages.load_stage("pretrain", prof), prof,
+                      recipes.recipe_for("pretrain", prof, steps=5))                   # the parent remade otherwise
+    assert not stages.stage_exists("pretrain", prof)
+    assert stages.stage_exists("sft", prof)               # still the child of the default parent, as recorded
+    stages.save_stage("sft", *stages.load_stage("sft", prof, build_if_missing=False), prof)
+    assert not stages.stage_exists("sft", prof)           # saved on top of the other parent: recorded, not reused
+    (stages.stage_dir("pretrain", prof) / "stage.json").unlink()                       # no record: not trusted
+    assert not stages.stage_exists("pretrain", prof)
