@@ -7,17 +7,42 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
 
-.PHONY: install course test lab data clean drift bench
+.PHONY: install course test lab data clean drift bench lock seeds
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# Every package of the CPU environment, transitive ones included, pinned with ==: made from pyproject.toml's
+# ranges by `make lock`, installed by `make install` (the ranges stay in pyproject.toml for other installs).
+LOCK := requirements-lock.txt
+
+# The CPU path installs the lock; the GPU path (GPU=1) resolves pyproject.toml's ranges with the gpu extra.
+$(VENV)/.installed: pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$$(grep '^pip==' $(LOCK))"
 	# torch first, pinned: an unpinned torch would pull a multi-GB CUDA build
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PY) -m pip install --quiet -e ".[dev$(if $(GPU),$(comma)gpu)]"
+ifeq ($(GPU),)
+	$(PY) -m pip install --quiet -r $(LOCK)
+	$(PY) -m pip install --quiet --no-deps -e .
+else
+	$(PY) -m pip install --quiet -e ".[dev,gpu]"
+endif
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (course)" >/dev/null
 	touch $@
+
+# Re-resolve pyproject.toml's ranges (core + dev) in a throw-away venv and write the lock; run it after changing
+# a dependency, then `make install` and `make test`, and commit the lock with the change.
+LOCK_VENV := .venv-lock
+lock:
+	rm -rf $(LOCK_VENV) && $(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/pip install --quiet --upgrade pip
+	$(LOCK_VENV)/bin/pip install --quiet "$(TORCH_SPEC)"
+	$(LOCK_VENV)/bin/pip install --quiet ".[dev]"
+	{ echo "# The CPU environment, every package pinned: made by \`make lock\` from pyproject.toml's ranges"; \
+	  echo "# (Python $$($(LOCK_VENV)/bin/python -c 'import platform; print(platform.python_version())'), $$(date -u +%Y-%m-%d)). Installed by \`make install\`."; \
+	  $(LOCK_VENV)/bin/pip freeze --all --exclude-editable | grep -v -i '^course[-_]utils' | sed 's/+cpu$$//' | LC_ALL=C sort -f; \
+	} > $(LOCK).tmp && mv $(LOCK).tmp $(LOCK)
+	rm -rf $(LOCK_VENV)
+	@echo "wrote $(LOCK): $$(grep -c '==' $(LOCK)) packages"
 
 comma := ,
 
@@ -26,6 +51,12 @@ course: install
 
 test: install
 	@start=$$(date +%s); $(OFFLINE) $(PY) -m pytest; rc=$$?; echo "make test took $$(( $$(date +%s) - start )) s"; exit $$rc
+
+# The course once per seed, each in its own artifacts/seeds/s<seed>/ and build/seeds/s<seed>/, then build/SEEDS.md:
+# every recorded metric per seed with its min-max and the environment (about 25 min per seed on 2 cores)
+SEEDS ?= 1234 7 3
+seeds: install
+	@start=$$(date +%s); $(OFFLINE) $(PY) -m course_utils.seeds $(SEEDS); rc=$$?; echo "make seeds took $$(( $$(date +%s) - start )) s"; exit $$rc
 
 # Where the time goes: each phase of the engine against this machine's matmul roofline (about 2 min)
 bench: install

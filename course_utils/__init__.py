@@ -4,7 +4,8 @@ One module per concern, in pipeline order:
 
 ================= ==========================================================
 paths             where data is read and artifacts are written
-profile           run profiles (cpu-tiny / gpu), seeds, CPU-safe trainer args
+environment       what a run was measured in: package versions, CPU and instruction set, threads, commit
+profile           run profiles (cpu-tiny / gpu), seeds, threads, CPU-safe trainer args
 recipes           one recipe object per stage: the single home of its knobs
 data              the tiny world: arithmetic problems, corpus, preference pairs, non-reasoning chats
 modeling          tokenizer training, tiny Qwen3 config, safetensors checkpoints
@@ -16,6 +17,7 @@ losses            losses as pure functions of tensors; ``completion_logps``
 rewards           verifiable reward functions in TRL's protocol (never raise on model output)
 rl_basics         notebook 04's toy experiments: bandits, cliff walk, IS, MC, MCTS
 evaluation        greedy accuracy, pass@k, failure breakdown, pair accuracy, KL to a reference
+experiment        around each experiment: the one rule for when a check cell asserts (``calibrated``)
 ppo               the course's own PPO (TRL has none since 1.13): one function per phase
 dpo               self-generated preference pairs, implicit-reward accuracy, TRL loss parity
 grpo              GRPO rows, TRL's generation batch, advantage/log-prob/loss parity with TRL
@@ -27,6 +29,8 @@ diagnostics       reading an RL run's log history: failure signs and their usual
 plotting          figures; every function returns ``(fig, ax)``
 checks            ``compare`` from-scratch code with the library; ``show_source``
 results           per-notebook metrics -> ``build/RESULTS.md``; seconds against budgets
+runner            ``make course``: every notebook in a fresh kernel -> ``build/``
+seeds             ``make seeds``: the course once per seed -> ``build/SEEDS.md``
 bench             ``make bench``: each phase timed against this machine's matmul roofline
 course            the notebook map and the English-Chinese glossary
 compat            CPU fallback for TRL 1.15's Triton-only log-prob kernel

@@ -79,7 +79,8 @@ def _tiny(seed: int = 0):
 
 
 def _prompts(tokenizer, n: int) -> list[str]:
-    from .evaluation import chat_prompt, heldout_problems
+    from .chat import chat_prompt
+    from .evaluation import heldout_problems
     return [chat_prompt(tokenizer, p["question"]) for p in heldout_problems("test", 300)[:n]]
 
 
@@ -232,7 +233,7 @@ def run_bench(threads: int, repeats: int = 3) -> list[dict]:
         cfg, 300 * NEW_TOKENS, prompt_len + NEW_TOKENS / 2)
     for use_engine in (False, True):
         with mock.patch.dict(os.environ, {engine.ENV_SWITCH: "1" if use_engine else "0"}):
-            seconds = best_of(lambda: evaluate_arithmetic(model, tokenizer), 1)
+            seconds = best_of(lambda: evaluate_arithmetic(model, tokenizer, n=300, max_new_tokens=NEW_TOKENS), 1)
         rows.append({"phase": "evaluate 300 problems (greedy), " + ("course engine" if use_engine else "HF generate"),
                      "seconds": seconds, "flops": eval_flops, "work": "300 x 48 tokens"})
     for row in rows:

@@ -227,7 +227,7 @@ def grpo_config(recipe, profile, output_dir, max_completion_length: int | None =
         min_p=recipe.min_p, top_p=1.0, top_k=0,
         max_completion_length=max_completion_length or recipe.max_completion_length,
         reward_weights=list(REWARD_WEIGHTS), logging_steps=5, remove_unused_columns=False,
-        gradient_accumulation_steps=1, mask_truncated_completions=False, loss_type="dapo", beta=0.0)
+        gradient_accumulation_steps=1, mask_truncated_completions=False, loss_type="dapo", beta=recipe.beta)
     if use_vllm:
         kwargs.update(use_vllm=True, vllm_mode=vllm_mode)
     kwargs.update(overrides)

@@ -16,7 +16,7 @@ from torch import nn
 from transformers import get_cosine_schedule_with_warmup
 
 from .data import to_messages
-from .evaluation import chat_prompt, encode_chat
+from .chat import chat_prompt, encode_chat
 from .generation import generate
 from .losses import hidden_state_loss, sft_loss
 from .modeling import build_model

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from .data import to_messages
-from .evaluation import chat_prompt, encode_chat
+from .chat import chat_prompt, encode_chat
 from .generation import eval_mode, sample_completions
 from .losses import completion_logps, dpo_loss, ipo_loss
 from .rewards import is_correct

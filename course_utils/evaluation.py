@@ -15,6 +15,7 @@ from collections import Counter
 import numpy as np
 import torch
 
+from .chat import chat_prompt
 from .data import everyday_sentences, load_jsonl, to_messages
 from .generation import eval_mode, generate, logps_under, sample_completions
 from .losses import completion_logps, kl_estimate, sft_loss
@@ -22,22 +23,6 @@ from .rewards import extract_answer, extract_think, is_correct, is_well_formatte
 
 MIN_EVAL_SIZE = 200
 FAILURE_KINDS = ("correct", "format error", "answer contradicts think", "wrong sum")
-
-
-def chat_prompt(tokenizer, question: str) -> str:
-    """The chat-formatted prompt for one user question, ending where the assistant speaks."""
-    return tokenizer.apply_chat_template(to_messages(question), tokenize=False, add_generation_prompt=True)
-
-
-def encode_chat(tokenizer, prompt_messages, answer_messages) -> tuple[list[int], int]:
-    """Token ids of the whole chat and the prompt's length (the completion is the rest, as in TRL)."""
-    prompt = tokenizer.apply_chat_template(prompt_messages, tokenize=False, add_generation_prompt=True)
-    full = tokenizer.apply_chat_template(prompt_messages + answer_messages, tokenize=False)
-    if not full.startswith(prompt):
-        raise ValueError("the chat template does not render the prompt as a prefix of the full chat")
-    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    completion_ids = tokenizer(full[len(prompt):], add_special_tokens=False)["input_ids"]
-    return prompt_ids + completion_ids, len(prompt_ids)
 
 
 def heldout_problems(split: str = "test", n: int = 300) -> list[dict]:
@@ -88,9 +73,12 @@ def failure_breakdown(completions: list, answers: list) -> dict[str, float]:
     return {kind: counts[kind] / len(completions) for kind in FAILURE_KINDS}
 
 
-def evaluate_arithmetic(model, tokenizer, split: str = "test", n: int = 300, max_new_tokens: int = 48,
+def evaluate_arithmetic(model, tokenizer, split: str = "test", *, n: int, max_new_tokens: int,
                         batch_size: int = 100, return_samples: bool = False) -> dict:
     """Greedy-decode ``n`` held-out problems; report accuracy, format rate and failures.
+
+    ``n`` and ``max_new_tokens`` have no default: pass the profile's (``profile.eval_size``,
+    ``profile.max_new_tokens``), so that a hub model's longer answers are never cut at a tiny budget.
 
     Returns ``{"accuracy", "format_rate", "n", "stderr", "failures"}`` (fractions in
     [0, 1]; ``failures`` is :func:`failure_breakdown`), plus ``"samples"`` (question,
@@ -139,9 +127,11 @@ def pass_at_k_estimator(num_samples: int, num_correct: int, k: int) -> float:
     return 1.0 - float(np.prod(1.0 - k / np.arange(num_samples - num_correct + 1, num_samples + 1)))
 
 
-def pass_at_k(model, tokenizer, k: int, temperature: float = 1.0, n: int = 300, num_samples: int | None = None,
-              split: str = "test", max_new_tokens: int = 48, greedy: bool = True, batch_size: int = 128) -> dict:
+def pass_at_k(model, tokenizer, k: int, temperature: float = 1.0, *, n: int, max_new_tokens: int,
+              num_samples: int | None = None, split: str = "test", greedy: bool = True, batch_size: int = 128) -> dict:
     """Sampled accuracy on ``n`` held-out problems: pass@1 and pass@k, next to greedy accuracy.
+
+    ``n`` and ``max_new_tokens`` have no default: pass the profile's (as :func:`evaluate_arithmetic`).
 
     Draws ``num_samples`` (default ``k``) answers per problem at ``temperature``.
     ``pass@1`` is the mean share of right samples; ``pass@k`` uses
@@ -159,7 +149,7 @@ def pass_at_k(model, tokenizer, k: int, temperature: float = 1.0, n: int = 300, 
               "pass@k": float(np.mean([pass_at_k_estimator(num_samples, int(c), k) for c in right.sum(1)])),
               "k": k, "num_samples": num_samples, "temperature": temperature, "n": n}
     if greedy:
-        greedy_eval = evaluate_arithmetic(model, tokenizer, split, n, max_new_tokens)
+        greedy_eval = evaluate_arithmetic(model, tokenizer, split, n=n, max_new_tokens=max_new_tokens)
         result["greedy_accuracy"], result["greedy_format_rate"] = greedy_eval["accuracy"], greedy_eval["format_rate"]
     return result
 
@@ -291,8 +281,8 @@ def pair_accuracy(reward_model, tokenizer, rows: list[dict]) -> dict:
 
 
 @torch.no_grad()
-def kl_to_reference(model, reference, tokenizer, n: int = 300, num_samples: int = 2, split: str = "test",
-                    max_new_tokens: int = 48, batch_size: int = 128) -> dict:
+def kl_to_reference(model, reference, tokenizer, *, n: int, max_new_tokens: int, num_samples: int = 2,
+                    split: str = "test", batch_size: int = 128) -> dict:
     """KL(pi || pi_ref) per answer on held-out prompts, estimated from the model's own samples.
 
     .. math:: \\mathrm{KL} = \\mathbb{E}_{y \\sim \\pi}\\Big[\\sum_t \\log\\pi(y_t \\mid \\cdot) - \\log\\pi_{ref}(y_t \\mid \\cdot)\\Big]
@@ -300,7 +290,8 @@ def kl_to_reference(model, reference, tokenizer, n: int = 300, num_samples: int 
     Samples ``num_samples`` answers per problem at temperature 1 and averages the
     summed log-ratio (the k1 estimator: unbiased, noisy per sample, so the standard
     error is reported too). This is the quantity the KL-regularised objective keeps
-    small, measured on whole answers. Returns ``{"kl", "stderr", "n_samples"}``.
+    small, measured on whole answers. ``n`` and ``max_new_tokens``: the profile's.
+    Returns ``{"kl", "stderr", "n_samples"}``.
     """
     problems = heldout_problems(split, n)
     prompts = [chat_prompt(tokenizer, p["question"]) for p in problems]

@@ -25,7 +25,7 @@ from .losses import completion_logps, grpo_advantages, grpo_loss
 def grpo_rows(problems: list[dict]) -> list[dict]:
     """One conversational row per problem: ``prompt`` (the user message) and the reference ``answer``.
 
-    TRL applies the chat template (the same text as :func:`evaluation.chat_prompt`), hands
+    TRL applies the chat template (the same text as :func:`chat.chat_prompt`), hands
     reward functions each completion as ``[{"role": "assistant", "content": ...}]`` and
     a reward *model* the whole chat, as 03's reward model was trained on it.
     """

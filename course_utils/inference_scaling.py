@@ -33,7 +33,8 @@ import torch
 
 from .data import ANSWER_CLOSE, ANSWER_OPEN, QUESTION_TEMPLATES, NAMES, THINGS, THINK_CLOSE, THINK_OPEN, \
     column_steps, format_completion, to_messages
-from .evaluation import chat_prompt, think_conclusion, wilson_interval  # noqa: F401 (re-exported)
+from .chat import chat_prompt
+from .evaluation import think_conclusion
 from .generation import eval_mode, sample_completions
 from .rewards import extract_answer, extract_think, is_well_formatted, parse_int
 

@@ -34,7 +34,8 @@ import torch
 from torch import nn
 from tqdm.auto import trange
 
-from .evaluation import chat_prompt, score_completions
+from .chat import chat_prompt
+from .evaluation import score_completions
 from .generation import Completions, eos_token_ids, logps_under, sample_completions
 from .losses import (entropy_from_logits, gae, kl_estimate, masked_mean, masked_whiten,
                      ppo_policy_loss, ppo_value_loss, selective_log_softmax)

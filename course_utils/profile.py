@@ -38,6 +38,9 @@ class Profile:
         dtype: parameter dtype for training (float32 on CPU; bfloat16 on GPU).
         eval_size: problems in the held-out evaluation (>= 200 so 5 points is real).
         max_new_tokens: generation budget for evaluation.
+        threads: torch's intra-op threads, set by :func:`get_profile` (cpu-tiny: env
+            ``COURSE_THREADS``, else 2 or fewer cores; the order of a float sum, and so the
+            numbers, can move with it).
     """
 
     name: str
@@ -47,6 +50,7 @@ class Profile:
     dtype: torch.dtype
     eval_size: int = 300
     max_new_tokens: int = 48
+    threads: int | None = None
 
     @property
     def is_cpu(self) -> bool:
@@ -101,6 +105,21 @@ def resolve_seed(seed: int | None = None) -> int:
         raise ValueError(f"COURSE_SEED must be an integer, got {env!r}") from None
 
 
+def resolve_threads(name: str) -> int:
+    """env ``COURSE_THREADS`` if set, else 2 (or fewer cores) on cpu-tiny, torch's default on a GPU."""
+    env = os.environ.get("COURSE_THREADS")
+    if env:
+        try:
+            threads = int(env)
+        except ValueError:
+            raise ValueError(f"COURSE_THREADS must be a positive integer, got {env!r}") from None
+        if threads < 1:
+            raise ValueError(f"COURSE_THREADS must be a positive integer, got {env!r}")
+        return threads
+    # the tiny model's matrices are too small for more than 2 threads to pay (``make bench``)
+    return min(2, os.cpu_count() or 1) if name == "cpu-tiny" else torch.get_num_threads()
+
+
 def get_profile(name: str = "auto", *, model_id: str | None = None, seed: int | None = None,
                 **overrides) -> Profile:
     """Resolve a profile name to a :class:`Profile`.
@@ -111,6 +130,8 @@ def get_profile(name: str = "auto", *, model_id: str | None = None, seed: int | 
         model_id: override the profile's base model (e.g. your own checkpoint).
         seed: override the seed (default: env ``COURSE_SEED`` or 1234).
         overrides: any other :class:`Profile` field.
+
+    Sets torch's thread count to the profile's ``threads``.
     """
     if name not in PROFILES:
         raise ValueError(f"unknown profile {name!r}; choose one of {PROFILES}")
@@ -127,7 +148,11 @@ def get_profile(name: str = "auto", *, model_id: str | None = None, seed: int | 
                        dtype=torch.bfloat16, eval_size=300, max_new_tokens=256)
     if model_id is not None:
         prof = replace(prof, model_id=model_id)
-    return replace(prof, **overrides) if overrides else prof
+    prof = replace(prof, **overrides) if overrides else prof
+    if prof.threads is None:
+        prof = replace(prof, threads=resolve_threads(prof.name))
+    torch.set_num_threads(prof.threads)
+    return prof
 
 
 def seed_everything(seed: int) -> None:

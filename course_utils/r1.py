@@ -16,7 +16,8 @@ from __future__ import annotations
 import torch
 
 from .data import THINK_OPEN, to_messages
-from .evaluation import chat_prompt, score_completions
+from .chat import chat_prompt
+from .evaluation import score_completions
 from .generation import generate, sample_completions
 from .rewards import extract_think, is_correct, is_well_formatted, step_language_share
 

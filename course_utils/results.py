@@ -3,7 +3,8 @@
 ``artifacts/results/<notebook>.json`` holds::
 
     {"notebook": "01_pretrain", "seed": 1234, "seconds": 95.2, "peak_ram_mb": 1400,
-     "profile": "cpu-tiny", "metrics": {"val_loss": {"before": 6.4, "after": 1.2}}}
+     "profile": "cpu-tiny", "metrics": {"val_loss": {"before": 6.4, "after": 1.2}},
+     "environment": {"packages": {...}, "cpu": ..., "cpu_capability": "AVX512", ...}}
 
 The course runner aggregates these files into ``build/RESULTS.md``.
 """
@@ -17,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from .environment import environment_markdown, environment_record
 from .paths import artifacts_root
 
 
@@ -59,7 +61,7 @@ def record_results(notebook: str, metrics: dict, seed: int, seconds: float, prof
         clean[name] = vals
     record = {"notebook": notebook, "seed": int(seed), "seconds": round(float(seconds), 1),
               "peak_ram_mb": round(peak_ram_mb(), 1), "profile": profile,
-              "python": platform.python_version(), "metrics": clean}
+              "python": platform.python_version(), "metrics": clean, "environment": environment_record()}
     if extra:
         record["extra"] = extra
     path = results_dir() / f"{notebook}.json"
@@ -87,6 +89,9 @@ def results_markdown(records: list[dict], runner_stats: dict | None = None) -> s
             tail = (f"{secs:.0f} | {rec.get('peak_ram_mb', float('nan')):.0f} | {rec['seed']} | {rec.get('profile', '')}"
                     if i == 0 else " | | | ")
             lines.append(f"| {nb if i == 0 else ''} | {name} | {pair['before']:.4g} | {pair['after']:.4g} | {tail} |")
+    envs = {json.dumps(rec["environment"], sort_keys=True) for rec in records if rec.get("environment")}
+    if envs:  # normally one; two when results files of different runs were mixed
+        lines += ["", "Measured in:", ""] + [environment_markdown(json.loads(e)) for e in sorted(envs)]
     return "\n".join(lines) + "\n"
 
 

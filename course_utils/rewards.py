@@ -105,6 +105,29 @@ def extract_think(completion: Any, tags: Tags = COURSE_TAGS) -> str | None:
     return _between(completion_text(completion), tags.think_open, tags.think_close)
 
 
+def chain_of_thought(completion: Any, tags: Tags = COURSE_TAGS) -> str:
+    """The reasoning of a completion, tags removed: the think block's text.
+
+    An unclosed think block runs to the answer tag (or the end); a completion with no think
+    tag has its reasoning outside the answer block, so that text is returned.
+    """
+    text = completion_text(completion)
+    start = text.find(tags.think_open)
+    if start >= 0:
+        start += len(tags.think_open)
+        end = text.find(tags.think_close, start)
+        if end < 0:
+            end = text.find(tags.answer_open, start)
+        text = text[start:] if end < 0 else text[start:end]
+    else:
+        answer = _between(text, tags.answer_open, tags.answer_close)
+        if answer is not None:
+            text = text.replace(tags.answer_open + answer + tags.answer_close, " ", 1)
+    for tag in tags.all():
+        text = text.replace(tag, " ")
+    return text
+
+
 def is_well_formatted(completion: Any, tags: Tags = COURSE_TAGS) -> bool:
     """True for exactly ``<think>X</think><answer>Y</answer>`` (outer spaces allowed).
 
@@ -338,13 +361,14 @@ def script_share(text: Any, script: str) -> float:
 
 def language_consistency_reward(completions: list, prompts: list | None = None, target_script: str | None = None,
                                 tags: Tags = COURSE_TAGS, **kwargs) -> list[float]:
-    """The share of each completion's letters written in its prompt's script (DeepSeek-R1's reward).
+    """The share of the letters of each completion's chain of thought written in its prompt's script (DeepSeek-R1's reward).
 
-    R1 added it because reasoning RL mixed languages in the chain of thought. Here a
-    "language" is a Unicode script (Latin, CJK, Arabic, …): a cheap proxy that needs no
-    word lists. The format's tags are left out (their letters are not the model's
-    language), digits and punctuation are neutral, and a completion with no letters
-    scores 1.0. ``target_script`` (e.g. ``"LATIN"``) overrides the prompt's script;
+    R1 added it because reasoning RL mixed languages in the chain of thought, and scored the
+    chain of thought only (:func:`chain_of_thought`: the think block; the answer is not
+    counted). Here a "language" is a Unicode script (Latin, CJK, Arabic, …): a cheap proxy
+    that needs no word lists. The format's tags are left out (their letters are not the
+    model's language), digits and punctuation are neutral, and a chain of thought with no
+    letters scores 1.0. ``target_script`` (e.g. ``"LATIN"``) overrides the prompt's script;
     otherwise ``prompts`` (TRL always passes them) is required.
     """
     if target_script is None:
@@ -354,10 +378,7 @@ def language_consistency_reward(completions: list, prompts: list | None = None, 
         targets = [target_script] * len(completions)
     scores = []
     for c, t in zip(completions, targets):
-        text = completion_text(c)
-        for tag in tags.all():
-            text = text.replace(tag, " ")
-        scores.append(1.0 if t is None else script_share(text, t))
+        scores.append(1.0 if t is None else script_share(chain_of_thought(c, tags), t))
     return scores
 
 

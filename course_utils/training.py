@@ -275,10 +275,10 @@ class AccuracyCallback(TrainerCallback):
 
     ``curve`` is a list of ``(step, accuracy)``, starting with step 0 (before training).
     With ``stop_at``, training stops at the first check whose accuracy reaches it;
-    ``stopped_at`` is then that step (else None).
+    ``stopped_at`` is then that step (else None). ``max_new_tokens``: the profile's (no default).
     """
 
-    def __init__(self, tokenizer, every: int = 50, n: int = 200, split: str = "validation", max_new_tokens: int = 48,
+    def __init__(self, tokenizer, every: int = 50, n: int = 200, split: str = "validation", *, max_new_tokens: int,
                  stop_at: float | None = None):
         self.tokenizer, self.every, self.n, self.split, self.max_new_tokens = tokenizer, every, n, split, max_new_tokens
         self.stop_at, self.stopped_at = stop_at, None

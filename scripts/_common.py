@@ -123,14 +123,20 @@ def load_tokenizer(model_args):
 
 def train_dataset(script_args, course_rows: Callable[[str, int | None], list[dict]]):
     """The training split: ``course_rows(split, n)`` from the course's data, or ``--dataset_name`` from datasets."""
+    from accelerate import PartialState
     from datasets import Dataset, load_dataset
 
     n = script_args.train_size
-    if script_args.dataset_name is None:
-        return Dataset.from_list(course_rows(script_args.dataset_train_split, n))
-    dataset = load_dataset(script_args.dataset_name, script_args.dataset_config,
-                           split=script_args.dataset_train_split)
-    return dataset if n is None else dataset.select(range(min(n, len(dataset))))
+    # Under `accelerate launch` every process runs this. The first process of each machine builds the data set
+    # (downloads it, fills the datasets cache) while the others wait, then they read the cache: one download, no
+    # race on the cache files. TRL's SFT, DPO and reward trainers tokenise under the same kind of guard
+    # (trl.trainer.utils.global_then_local_main_first: the global main process first, then each machine's).
+    with PartialState().local_main_process_first():
+        if script_args.dataset_name is None:
+            return Dataset.from_list(course_rows(script_args.dataset_train_split, n))
+        dataset = load_dataset(script_args.dataset_name, script_args.dataset_config,
+                               split=script_args.dataset_train_split)
+        return dataset if n is None else dataset.select(range(min(n, len(dataset))))
 
 
 def train_and_save(trainer, training_args) -> Path:

@@ -44,7 +44,7 @@ def trl_ppo(steps: int, profile, recipe) -> float:
     from trl.experimental.ppo import PPOConfig, PPOTrainer
 
     from course_utils import data, ppo
-    from course_utils.evaluation import chat_prompt
+    from course_utils.chat import chat_prompt
     from course_utils.stages import load_stage
 
     assert trl.__version__.startswith("1.12"), f"needs TRL 1.12 first on the path, got {trl.__version__}"

@@ -69,9 +69,10 @@ def test_seed_rewards_score_in_the_seed_order_and_never_raise():
     assert [f([right], answer=["7"])[0] for f in funcs] == [1.0, 1.5, 5.0, 1.0]
     wrong = right.replace(">7<", ">9<")
     assert [f([wrong], answer=["7"])[0] for f in funcs] == [1.0, 1.5, rewards.TIERS["wrong"], 0.0]
-    for junk in ["", None, "x" * 10_000, TAGS.think_open * 3, [{"role": "assistant", "content": right}]]:
-        for f in funcs:
-            assert len(f([junk], answer=["7"])) == 1
+    # no tags at all: no strict format, a -1 per missing tag (3: the opening one is in the prompt), no answer
+    for junk in ["", None, "x" * 10_000, TAGS.think_open * 3]:
+        assert [f([junk], answer=["7"])[0] for f in funcs] == [0.0, -3.0, rewards.TIERS["missing"], 0.0], junk
+    assert [f([[{"role": "assistant", "content": right}]], answer=["7"])[0] for f in funcs] == [1.0, 1.5, 5.0, 1.0]
     with pytest.raises(ValueError):
         funcs[2]([right])            # the answer column is required: a clear error, not a silent 0
 
@@ -118,6 +119,8 @@ def test_grpo_config_uses_trl_fields_for_the_seed_sampling(tmp_path):
     vllm_args = capstone.grpo_config(recipe, profile, tmp_path, use_vllm=True, vllm_mode="server")
     assert vllm_args.use_vllm and vllm_args.vllm_mode == "server"
     assert args.gradient_accumulation_steps == 1 and args.mask_truncated_completions is False
+    assert args.beta == recipe.beta == 0.0 and args.loss_type == "dapo"       # the seed's: no KL term
+    assert capstone.grpo_config(dataclasses.replace(recipe, beta=0.04), profile, tmp_path).beta == 0.04
     kw = capstone.vllm_sampling_kwargs(recipe, 3407, "<|im_end|>")
     assert kw["top_k"] == -1 and kw["stop"] == ["<|im_end|>"] and kw["min_p"] == 0.1
     gpu_recipe = dataclasses.replace(recipe, **recipes.CapstoneRecipe.GPU)

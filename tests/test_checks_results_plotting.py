@@ -1,5 +1,6 @@
 import json
 import re
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pytest
@@ -36,16 +37,29 @@ def test_record_rejects_bad_metrics(tmp_artifacts, bad):
         results.record_results("x", bad, seed=1, seconds=1)
 
 
-def test_plots_return_fig_and_ax():
-    for fig, ax in [
-        plotting.plot_curves({"a": ([0, 1, 2], [3.0, 2.0, 1.0])}, baselines={"b": 1.5}, window=2),
-        plotting.plot_before_after({"acc": {"before": 0.1, "after": 0.9}}),
-        plotting.plot_histograms({"chosen": [1, 2, 3], "rejected": [0, 1, 1]}),
-        plotting.plot_token_mask(["a", "b", "\n"], [0, 1, 1]),
-        plotting.plot_pipeline(),
-    ]:
-        assert isinstance(fig, plt.Figure) and ax.figure is fig
-        plt.close(fig)
+def test_plots_draw_what_they_are_given():
+    """Each plot holds the data it was handed (the curve smoothed, the bars' heights, the counts, the mask)."""
+    import matplotlib.colors as mcolors
+    fig, ax = plotting.plot_curves({"a": ([0, 1, 2], [3.0, 2.0, 1.0])}, baselines={"b": 1.5}, window=2)
+    curve, baseline = ax.lines
+    assert list(curve.get_xdata()) == [0, 1, 2] and list(curve.get_ydata()) == [3.0, 2.5, 1.5]
+    assert list(baseline.get_ydata()) == [1.5, 1.5] and [t.get_text() for t in ax.get_legend().texts] == ["a"]
+    plt.close(fig)
+    fig, ax = plotting.plot_before_after({"acc": {"before": 0.1, "after": 0.9}, "fmt": {"before": 0.5, "after": 1}})
+    assert [round(b.get_height(), 6) for b in ax.patches] == [0.1, 0.5, 0.9, 1.0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["acc", "fmt"]
+    plt.close(fig)
+    fig, ax = plotting.plot_histograms({"chosen": [1, 2, 3], "rejected": [0, 1, 1]}, bins=3)
+    heights = [b.get_height() for b in ax.patches]
+    assert heights == [1, 1, 1, 3, 0, 0], heights  # shared edges 0, 1, 2, 3 (+1e-9): 1 | 2 | 3 and 0, 1, 1 | - | -
+    plt.close(fig)
+    fig, ax = plotting.plot_token_mask(["a", "b", "\n"], [0, 1, 1])
+    colours = [mcolors.to_hex(p.get_facecolor()) for p in ax.patches]
+    assert colours == ["#dddddd", "#1f77b4", "#1f77b4"] and [t.get_text() for t in ax.texts] == ["a", "b", "\\n"]
+    plt.close(fig)
+    fig, ax = plotting.plot_pipeline()
+    assert isinstance(fig, plt.Figure) and ax.figure is fig
+    plt.close(fig)
 
 
 def test_history_series_and_smooth():
@@ -55,11 +69,42 @@ def test_history_series_and_smooth():
 
 
 def test_glossary_has_the_seed_terms():
-    zh = {v[0] for v in course.GLOSSARY.values()}
+    zh = [t.zh for t in course.GLOSSARY.values()]
     for term in ("奖励模型", "优势函数", "重要性采样", "同策略", "异策略", "蒙特卡洛树搜索", "蒸馏", "过程奖励模型"):
         assert any(term in z for z in zh), term
-    with pytest.raises(KeyError):
-        course.glossary_table(["no such term"])
+    with pytest.raises(KeyError, match="looked up by id"):
+        course.glossary_table(["supervised fine-tuning (SFT)"])   # an English term, not its id
+
+
+def test_the_glossary_file_is_checked(tmp_path):
+    bad = tmp_path / "g.json"
+    bad.write_text('{"terms": [{"id": "a b", "en": "x", "zh": "y", "meaning": "z"}]}', encoding="utf-8")
+    with pytest.raises(ValueError, match="slugs"):
+        course.load_glossary(bad)
+    bad.write_text('{"terms": [{"id": "a", "en": "x", "zh": "y", "meaning": "z"}, '
+                   '{"id": "a", "en": "x2", "zh": "y2", "meaning": "z2"}]}', encoding="utf-8")
+    with pytest.raises(ValueError, match="repeated"):
+        course.load_glossary(bad)
+
+
+def test_inline_chinese_terms_come_from_the_glossary():
+    """A Chinese term written beside an English one in a notebook's prose, "(监督微调, SFT)", is the glossary's."""
+    import json
+    zh = " ".join(t.zh for t in course.GLOSSARY.values())
+    root = Path(__file__).resolve().parents[1]
+    missing = []
+    for path in sorted((root / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            if cell["cell_type"] != "markdown":
+                continue
+            for line in "".join(cell["source"]).splitlines():
+                if line.lstrip().startswith("#"):        # a heading's translation is not a term
+                    continue
+                for group in re.findall(r"[（(]([^()（）]*[\u4e00-\u9fff][^()（）]*)[)）]", line):
+                    for run in re.findall(r"[\u4e00-\u9fffε\-]+", group):
+                        if re.search(r"[\u4e00-\u9fff]", run) and run not in zh:
+                            missing.append(f"{path.stem}: {run}")
+    assert not missing, missing
 
 
 def _cells(row: str) -> list[str]:
@@ -76,11 +121,12 @@ def test_markdown_tables_keep_their_columns(table):
 
 
 def test_glossary_escapes_bars_and_has_the_new_terms():
-    assert r"π(a\|s)" in course.glossary_table(["policy gradient"])
+    assert r"π(a\|s)" in course.glossary_table(["policy-gradient"])
+    english = {t.en for t in course.GLOSSARY.values()}
     for term in ("TRL vs verl", "Ray", "OpenRLHF", "vLLM", "pass@k", "cold-start SFT", "R1-Zero",
                  "outcome reward / process reward", "KL penalty", "policy gradient"):
-        assert term in course.GLOSSARY, term
-    assert course.GLOSSARY["cold-start SFT"][0].startswith("冷启动")
+        assert term in english, term
+    assert course.GLOSSARY["cold-start-sft"].zh.startswith("冷启动")
 
 
 def test_plot_pipeline_labels_come_from_the_notebook_list():

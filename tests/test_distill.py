@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from course_utils import data, distill, losses, training
+from course_utils import data, distill, losses, rewards, training
 from course_utils.modeling import build_model, count_parameters
 from course_utils.profile import get_profile
 from course_utils.recipes import recipe_for
@@ -31,7 +31,14 @@ def test_teacher_rows_keep_only_the_question(tokenizer, models):
     for row, p in zip(rows, problems):
         assert [m["role"] for m in row["messages"]] == ["user", "assistant"]
         assert row["messages"][0]["content"] == p["question"]
-    assert 0.0 <= stats["teacher_correct"] <= 1.0 and 0.0 <= stats["identical_to_reference"] <= 1.0
+    answers = [row["messages"][1]["content"] for row in rows]
+    # the statistics are the shares of these very answers that are right / equal to the reference text
+    assert stats["teacher_correct"] == sum(rewards.is_correct(a, p["answer"]) for a, p in zip(answers, problems)) / 6
+    assert stats["identical_to_reference"] == sum(a == p["completion"] for a, p in zip(answers, problems)) / 6
+    perfect = [dict(p, answer=rewards.extract_answer(a) or "none", completion=a) for a, p in zip(answers, problems)]
+    _, same = distill.teacher_rows(teacher, tokenizer, perfect, max_new_tokens=8)
+    assert same["identical_to_reference"] == 1.0 and same["teacher_correct"] == sum(
+        rewards.extract_answer(a) is not None for a in answers) / 6
     rows, stats = distill.teacher_rows(teacher, tokenizer, [{"question": p["question"]} for p in problems],
                                        max_new_tokens=4)
     assert set(stats) == {"problems"}                                   # no references, no comparison
@@ -85,8 +92,12 @@ def test_gkd_trainer_runs_off_and_on_policy(tokenizer, models, tmp_path, lmbda):
 
 
 def test_distill_recipe_is_registered():
+    from course_utils.recipes import DistillRecipe
     profile = get_profile("cpu-tiny", seed=0)
     recipe = recipe_for("distill", profile)
-    assert recipe.beta in (0.0, 1.0) or 0 < recipe.beta < 1
-    assert recipe.seq_steps > 0 and recipe.final_steps > 0 and recipe.onpolicy_steps > 0
-    assert losses.generalized_jsd  # the loss the recipe's beta selects
+    assert recipe == DistillRecipe() and recipe.beta == 0.0   # 09's runs are forward KL(teacher || student)
+    # the loss the recipe's beta selects is the forward KL, computed here by hand on random logits
+    student, teacher = torch.randn(3, 5, 11), torch.randn(3, 5, 11)
+    p, log_p, log_q = teacher.softmax(-1), teacher.log_softmax(-1), student.log_softmax(-1)
+    forward = (p * (log_p - log_q)).sum(-1).mean()
+    assert torch.allclose(losses.generalized_jsd(student, teacher, beta=recipe.beta), forward, atol=1e-6)

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from course_utils import engine, generation, modeling
-from course_utils.evaluation import chat_prompt
+from course_utils.chat import chat_prompt
 from course_utils.data import load_jsonl
 
 

@@ -21,12 +21,12 @@ def test_evaluate_arithmetic_counts_right_answers(tiny, monkeypatch):
             data.format_completion(p["a"], p["b"] + 1)                              # consistent wrong sum
             for i, p in enumerate(problems)]
     monkeypatch.setattr(evaluation, "generate", lambda *a, **k: fake)
-    res = evaluation.evaluate_arithmetic(model, tok, n=200, return_samples=True)
+    res = evaluation.evaluate_arithmetic(model, tok, n=200, max_new_tokens=48, return_samples=True)
     assert res["accuracy"] == 0.25 and res["format_rate"] == 0.75 and len(res["samples"]) == 200
     assert res["failures"] == {"correct": 0.25, "format error": 0.25, "answer contradicts think": 0.25,
                                "wrong sum": 0.25}
     with pytest.raises(ValueError, match="at least 200"):
-        evaluation.evaluate_arithmetic(model, tok, n=50)
+        evaluation.evaluate_arithmetic(model, tok, n=50, max_new_tokens=48)
 
 
 def test_classify_failure_kinds():
@@ -63,7 +63,7 @@ def test_pass_at_k_on_known_samples(tiny, monkeypatch):
     def fake_sample(*args, num_samples, **kwargs):
         return Completions(texts, None, None, None, None, None, num_samples)
     monkeypatch.setattr(evaluation, "sample_completions", fake_sample)
-    res = evaluation.pass_at_k(model, tok, k=2, n=200, greedy=False)
+    res = evaluation.pass_at_k(model, tok, k=2, n=200, max_new_tokens=48, greedy=False)
     shares = [min(i % 3, 2) / 2 for i in range(200)]
     assert res["pass@1"] == pytest.approx(sum(shares) / 200)
     assert res["pass@k"] == pytest.approx(sum(s > 0 for s in shares) / 200)

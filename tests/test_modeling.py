@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from course_utils import modeling
-from course_utils.evaluation import chat_prompt
+from course_utils.chat import chat_prompt
 
 
 def test_digits_split_one_per_token(tokenizer):

@@ -27,7 +27,39 @@ def test_notebook_frame(path):
     first = "".join(nb["cells"][0]["source"])
     assert "What you will learn" in first and "Runtime" in first
     assert "## Summary" in text and "## Exercises" in text and "<details>" in text
-    assert "trust_remote_code=True" not in text and "torch.load(" not in text
+    code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    assert not unsafe_calls(code), f"{path.name}: {unsafe_calls(code)}"
+
+
+def unsafe_calls(source: str) -> list[str]:
+    """Calls that run a model's remote code or unpickle: ``trust_remote_code`` set to anything but a literal False,
+    ``torch.load``, ``pickle.load(s)``, however they are spaced or wrapped (read from the syntax tree, not the text)."""
+    import ast
+    lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]  # notebook magics
+    found = []
+    for node in ast.walk(ast.parse("\n".join(lines))):
+        if not isinstance(node, ast.Call):
+            continue
+        name = ast.unparse(node.func)
+        if name in ("torch.load", "pickle.load", "pickle.loads"):
+            found.append(name)
+        for kw in node.keywords:
+            if kw.arg == "trust_remote_code" and not (isinstance(kw.value, ast.Constant) and kw.value.value is False):
+                found.append(f"trust_remote_code={ast.unparse(kw.value)}")
+    return found
+
+
+def test_the_unsafe_check_can_fail():
+    for bad in ("f(x, trust_remote_code = True)", "f(trust_remote_code=\n  True)", "f(trust_remote_code=flag)",
+                "torch.load (f)", "pickle.load(fh)"):
+        assert unsafe_calls(bad), bad
+    assert not unsafe_calls("f(trust_remote_code=False); print('trust_remote_code=True is refused')")
+
+
+def test_no_unsafe_loading_in_the_package_or_scripts():
+    for path in [*ROOT.glob("course_utils/*.py"), *ROOT.glob("scripts/**/*.py")]:
+        found = unsafe_calls(path.read_text(encoding="utf-8"))
+        assert not found, f"{path.relative_to(ROOT)}: {found}"
 
 
 def test_built_notebooks_match_the_files():

@@ -67,20 +67,39 @@ def test_rewards_on_tag_soup(parts):
     assert rewards.accuracy_reward([text], answer=["68"])[0] in (0.0, 1.0)
 
 
-def _seconds(texts):
+def _seconds(texts, parse=None):
     start = time.perf_counter()
-    rewards.format_reward(texts)
-    rewards.accuracy_reward(texts, answer=["1"] * len(texts))
+    if parse is not None:
+        parse(texts)
+    else:
+        rewards.format_reward(texts)
+        rewards.accuracy_reward(texts, answer=["1"] * len(texts))
     return time.perf_counter() - start
 
 
+def _hostile(n):
+    return ["<think>" * n, "<answer>" + "9" * (4 * n), "</answer><answer>" * n + "<answer>1"]
+
+
+def _grows_linearly(parse, n):
+    """Ten times the input costs under 30 times the time (quadratic parsing costs about 100x). The floor of
+    2 ms only absorbs timer noise: at these sizes a quadratic parser's large input takes far longer than that."""
+    small = min(_seconds(_hostile(n), parse) for _ in range(5))
+    large = min(_seconds(_hostile(10 * n), parse) for _ in range(3))
+    return large < 30 * small + 0.002, (small, large)
+
+
 def test_rewards_are_linear_time_on_hostile_input():
-    """Ten times the input must cost about ten times the time (quadratic parsing would cost 100x)."""
-    def hostile(n):
-        return ["<think>" * n, "<answer>" + "9" * (4 * n), "</answer><answer>" * n + "<answer>1"]
-    small, large = min(_seconds(hostile(3_000)) for _ in range(3)), min(_seconds(hostile(30_000)) for _ in range(3))
-    assert large < 30 * small + 0.05, (small, large)
-    assert _seconds(hostile(100_000)) < 10.0  # and a generous absolute bound: never hangs
+    linear, times = _grows_linearly(None, 30_000)   # about 0.5 MB of tags per completion at the large size
+    assert linear, times
+    assert _seconds(_hostile(100_000)) < 10.0  # and a generous absolute bound: never hangs
+
+
+def test_the_linear_time_check_catches_a_quadratic_parser():
+    def quadratic(texts):   # rescans the prefix at every 97th character
+        return [text.count("<", 0, i) for text in texts for i in range(0, len(text), 97)]
+    linear, times = _grows_linearly(quadratic, 2_000)
+    assert not linear, times
 
 
 def test_accuracy_reward_without_answers_is_a_clear_error():
@@ -161,6 +180,12 @@ def test_language_consistency_reward():
     # the format's tags are not the model's language
     assert rewards.language_consistency_reward(["<think>\u4e09\u52a0\u4e94 so</think><answer>8</answer>"],
                                                target_script="LATIN") == [2 / 5]
+    # only the chain of thought counts, as in R1: letters in the answer block are not scored
+    assert rewards.language_consistency_reward(["<think>so</think><answer>\u516b</answer>"],
+                                               target_script="LATIN") == [1.0]
+    assert rewards.language_consistency_reward(["<think>\u4e09 so<answer>x</answer>"], target_script="LATIN") == [2 / 3]
+    assert rewards.language_consistency_reward(["ab \u4e09<answer>\u516b\u516b</answer>"],
+                                               target_script="LATIN") == [2 / 3]
     with pytest.raises(ValueError, match="prompts"):
         rewards.language_consistency_reward(["abc"])
 

@@ -129,3 +129,17 @@ def test_script_trains_two_steps_on_cpu(name, tiny_model, tmp_path):
     assert "CPU fallback applied" in run.stdout
     assert "train_runtime" in run.stdout                           # the Trainer's end-of-training summary
     assert (out / weights).is_file(), sorted(p.name for p in out.iterdir())
+
+
+def test_the_grpo_script_recipe_is_07s_gpu_recipe():
+    """The GPU GRPO values live in one place, GRPORecipe (GPU values applied); the script's YAML must equal them."""
+    from course_utils.recipes import GRPORecipe
+    gpu = {**{f: getattr(GRPORecipe(), f) for f in GRPORecipe.__dataclass_fields__}, **GRPORecipe.GPU}
+    recipe = yaml.safe_load((RECIPES / "grpo_qwen3.yaml").read_text(encoding="utf-8"))
+    pairs = {"learning_rate": "learning_rate", "beta": "beta", "temperature": "temperature",
+             "num_generations": "num_generations", "max_completion_length": "max_completion_length",
+             "max_steps": "steps", "lora_r": "lora_r", "lora_alpha": "lora_alpha", "loss_type": "loss_type",
+             "scale_rewards": "scale_rewards"}
+    assert {k: recipe[k] for k in pairs} == {k: gpu[v] for k, v in pairs.items()}
+    completions = recipe["per_device_train_batch_size"] * recipe["gradient_accumulation_steps"]
+    assert completions == gpu["prompts_per_step"] * gpu["num_generations"]

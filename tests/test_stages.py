@@ -95,13 +95,16 @@ def test_sft_cold_stops_at_its_target_accuracy(tmp_artifacts, tiny_recipes, monk
         seen["trainer"] = trainer
         return trainer
     monkeypatch.setitem(stages.STAGES, "sft_cold", replace(stages.STAGES["sft_cold"], trainer=spy))
+    # scripted accuracies at the checks of steps 0, 2, 4, 6: the target 0.3 is first reached at step 4
+    scripted = iter([0.1, 0.2, 0.35, 0.5])
+    monkeypatch.setattr(stages.training, "evaluate_arithmetic", lambda *a, **k: {"accuracy": next(scripted)})
     prof = get_profile("cpu-tiny")
     stages.build_stage("sft_cold", prof, recipes.recipe_for("sft_cold", prof, steps=6, check_every=2,
-                                                            stop_at_accuracy=0.0))
+                                                            stop_at_accuracy=0.3))
     callback = next(c for c in seen["trainer"].callback_handler.callbacks
                     if isinstance(c, stages.training.AccuracyCallback))
-    assert callback.stopped_at == 2 and seen["trainer"].state.global_step == 2
-    assert [step for step, _ in callback.curve] == [0, 2]
+    assert callback.stopped_at == 4 and seen["trainer"].state.global_step == 4
+    assert callback.curve == [(0, 0.1), (2, 0.2), (4, 0.35)]
     assert len(seen["trainer"].train_dataset) == 7500  # streams all chats; the target decides how many are seen
 
 

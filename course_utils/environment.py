@@ -1,0 +1,81 @@
+"""What a run was measured in: package versions, the CPU, threads and the commit.
+
+Float results of a tiny model trained for thousands of steps move with the machine (AVX2-only
+and AVX-512 CPUs round differently) and with the packages; every results file and
+``build/RESULTS.md`` / ``build/SEEDS.md`` carry this record so a learner can tell which of
+their numbers should match::
+
+    >>> rec = environment_record()            # doctest: +SKIP
+    >>> rec["cpu_capability"], rec["torch_threads"]
+    ('AVX512', 2)
+"""
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+
+import torch
+
+# the packages whose versions change the course's numbers
+PACKAGES = ("torch", "transformers", "trl", "peft", "datasets", "tokenizers", "numpy", "accelerate")
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else ``platform.processor()``)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+@lru_cache(maxsize=1)
+def git_commit() -> str:
+    """The course checkout's commit, with ``-dirty`` if it has uncommitted changes; ``unknown`` outside git."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
+                             text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return sha + ("-dirty" if dirty else "")
+
+
+def package_version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+def environment_record() -> dict:
+    """A JSON-able record of the environment this process runs in (cheap: no benchmark)."""
+    return {
+        "python": platform.python_version(),
+        "packages": {name: package_version(name) for name in PACKAGES},
+        "cpu": cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "platform": platform.platform(terse=True),
+        "commit": git_commit(),
+    }
+
+
+def environment_markdown(record: dict) -> str:
+    """The record as a short Markdown list (for RESULTS.md and SEEDS.md)."""
+    pk = ", ".join(f"{k} {v}" for k, v in record.get("packages", {}).items())
+    device = record.get("cuda") or f"{record.get('cpu')} ({record.get('cpu_capability')}, " \
+                                   f"{record.get('torch_threads')} torch threads of {record.get('cpu_count')} cores)"
+    return (f"- machine: {device}, {record.get('platform')}\n"
+            f"- Python {record.get('python')}; {pk}\n"
+            f"- commit: {record.get('commit')}\n")

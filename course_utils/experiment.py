@@ -1,0 +1,233 @@
+"""What every experiment does around its training call: measure, log, tabulate, record, and decide whether to assert.
+
+* :func:`evaluate` measures a model on the held-out problems and returns one :class:`Eval`; the test
+  size and the generation budget come from the profile only.
+* :class:`Runs` is a notebook's log of runs: ``with runs.timed(name)``, ``runs.add(name, ev, **extra)``,
+  ``runs.table(columns)`` (Markdown), ``runs.record(notebook, profile, metrics)``.
+* :func:`calibrated` is the one rule for "may this check assert?".
+
+
+**When a check asserts.** A check cell's thresholds were measured on the CPU profile (the course's tiny model) with the
+parameters cell's defaults, at several seeds. So a check asserts exactly when the run is such a
+run, *whatever its seed*: ``COURSE_SEED=7`` and ``Params(seed=7)`` are the same run, and both
+assert. Any other change (a recipe override, another data set, a GPU) turns the asserts into a
+printed ``NOT CHECKED`` line that says what differs::
+
+    if experiment.calibrated(P, Params, profile):
+        assert gain >= 0.15, gain
+    else:
+        print(experiment.not_checked(P, Params, profile))
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, fields, is_dataclass
+
+from . import evaluation, results
+
+# the parameters a check's thresholds hold for at any value: the seed (checked at five), and how the
+# profile was named ("auto" resolves to "cpu-tiny" without a GPU; the profile itself is checked below)
+ANY_VALUE = ("seed", "profile")
+
+
+def _comparable(value):
+    """Lists and tuples compare equal when their items do (``kl_sweep=[0.01, 0.3]`` is the default tuple)."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_comparable(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _comparable(v) for k, v in value.items()}
+    return value
+
+
+def changed_parameters(P, Params) -> list[str]:
+    """The fields of the parameters ``P`` that differ from ``Params()``'s defaults (the seed aside)."""
+    if not is_dataclass(P):
+        raise TypeError(f"P must be the notebook's Params dataclass instance, got {type(P).__name__}")
+    default = Params()
+    return [f.name for f in fields(P) if f.name not in ANY_VALUE
+            and _comparable(getattr(P, f.name)) != _comparable(getattr(default, f.name))]
+
+
+def calibrated(P, Params, profile) -> bool:
+    """True where the check cell's thresholds were measured: the CPU profile and the parameters cell's defaults,
+    at any seed."""
+    return profile.is_cpu and not changed_parameters(P, Params)
+
+
+def not_checked(P, Params, profile) -> str:
+    """The line a check cell prints instead of asserting: what makes this run differ from the calibrated ones."""
+    reasons = [] if profile.is_cpu else [f"the {profile.name} profile ({profile.model_id})"]
+    changed = changed_parameters(P, Params)
+    if changed:
+        reasons.append("parameters changed from the defaults: " + ", ".join(changed))
+    why = "; ".join(reasons) or "nothing (this run is calibrated)"
+    return (f"NOT CHECKED: the thresholds are calibrated for the CPU profile with the parameters cell's defaults "
+            f"(any seed); here: {why}. The figures are recorded above.")
+
+
+# --------------------------------------------------------------------------- measuring a model
+@dataclass(frozen=True)
+class Eval:
+    """A model measured on ``n`` held-out problems (fractions in [0, 1]).
+
+    ``accuracy`` / ``format_rate``: greedy; ``pass_at_1`` / ``pass_at_k``: sampled (None if not asked);
+    ``score``: the mean of a scorer (e.g. a reward model) over the greedy answers (None if none given);
+    ``mean_tokens``: the greedy answers' mean length in tokens; ``correct``: per problem, whether the greedy
+    answer was right (to compare two runs problem by problem); ``samples``: the greedy answers, one dict per
+    problem (question, completion, answer, correct), kept only if asked.
+    """
+
+    accuracy: float
+    format_rate: float
+    n: int
+    stderr: float
+    failures: Mapping[str, float]
+    mean_tokens: float
+    pass_at_1: float | None = None
+    pass_at_k: float | None = None
+    k: int | None = None
+    temperature: float | None = None
+    score: float | None = None
+    correct: tuple = ()
+    samples: tuple = ()
+
+    def summary(self) -> dict:
+        """The figures without the per-problem lists: what a results file or a table keeps."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("correct", "samples")}
+
+
+def evaluate(model, tokenizer, profile, *, k: int | None = None, temperature: float = 1.0,
+             scorer: Callable[[list[str], list[str]], list[float]] | None = None, keep_samples: bool = False,
+             split: str = "test", batch_size: int | None = None) -> Eval:
+    """Greedy accuracy and format on ``profile.eval_size`` held-out problems, with ``profile.max_new_tokens`` new
+    tokens per answer; with ``k``, also pass@1 and pass@k from ``k`` samples per problem at ``temperature``.
+
+    ``scorer(questions, completions) -> scores`` (e.g. a reward model's) is averaged over the greedy answers.
+    ``batch_size``: problems per generation batch (default: the evaluation functions' own).
+    """
+    n, budget = profile.eval_size, profile.max_new_tokens
+    sizes = {} if batch_size is None else {"batch_size": batch_size}
+    greedy = evaluation.evaluate_arithmetic(model, tokenizer, split, n=n, max_new_tokens=budget, return_samples=True,
+                                            **sizes)
+    samples = greedy["samples"]
+    lengths = [len(tokenizer(s["completion"], add_special_tokens=False)["input_ids"]) for s in samples]
+    extra = {}
+    if k is not None:
+        sampled = evaluation.pass_at_k(model, tokenizer, k=k, temperature=temperature, n=n, max_new_tokens=budget,
+                                       split=split, greedy=False, **sizes)
+        extra.update(pass_at_1=sampled["pass@1"], pass_at_k=sampled["pass@k"], k=k, temperature=temperature)
+    if scorer is not None:
+        scores = scorer([s["question"] for s in samples], [s["completion"] for s in samples])
+        extra["score"] = float(sum(scores) / len(scores))
+    return Eval(accuracy=greedy["accuracy"], format_rate=greedy["format_rate"], n=greedy["n"],
+                stderr=greedy["stderr"], failures=greedy["failures"], mean_tokens=sum(lengths) / len(lengths),
+                correct=tuple(s["correct"] for s in samples), samples=tuple(samples) if keep_samples else (), **extra)
+
+
+# --------------------------------------------------------------------------- the log of a notebook's runs
+class Runs(dict):
+    """A notebook's runs by name: each a dict of figures (an :class:`Eval`'s summary plus what the notebook adds).
+
+    It is a dict, so ``runs["sft"]["accuracy"]`` reads a figure; the methods do the bookkeeping::
+
+        runs = Runs()
+        with runs.timed("(a) hard"):
+            trainer.train()
+        runs.add("(a) hard", evaluate(model, tokenizer, profile, k=1), steps=100)
+        display(Markdown(runs.table({"accuracy": "greedy", "pass_at_1": "pass@1", "seconds": "seconds"})))
+    """
+
+    def __init__(self):
+        super().__init__()
+        self._seconds: dict[str, float] = {}
+        self.evals: dict[str, Eval] = {}   # the full Eval of each run that has one (per-problem results included)
+
+    @contextmanager
+    def timed(self, name: str) -> Iterator[None]:
+        """Time the block; the seconds go to run ``name`` (added now or later with :meth:`add`)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._seconds[name] = self._seconds.get(name, 0.0) + time.perf_counter() - start
+            if name in self:
+                self[name]["seconds"] = self._seconds[name]
+
+    def add(self, name: str, ev: Eval | None = None, *, show: bool = True, **extra) -> dict:
+        """Record run ``name``: the figures of ``ev`` (if any), its timed seconds (if any), and ``extra``; print
+        its line (:meth:`line`) unless ``show`` is False."""
+        row = {} if ev is None else ev.summary()
+        if ev is not None:
+            self.evals[name] = ev
+        if name in self._seconds:
+            row["seconds"] = self._seconds[name]
+        row.update(extra)
+        self[name] = row
+        if show:
+            print(self.line(name))
+        return row
+
+    def line(self, name: str) -> str:
+        """One line of a run's main figures: greedy accuracy and format, pass@1 / pass@k, score, seconds."""
+        row = self[name]
+        parts = [f"greedy {_cell('accuracy', row.get('accuracy'))}"]
+        if row.get("format_rate") is not None:
+            parts[-1] += f" (well-formed {_cell('format_rate', row['format_rate'])})"
+        if row.get("pass_at_1") is not None:
+            parts.append(f"pass@1 {_cell('pass_at_1', row['pass_at_1'])}")
+        if row.get("k") not in (None, 1):
+            parts.append(f"pass@{row['k']} {_cell('pass_at_k', row['pass_at_k'])}")
+        if row.get("score") is not None:
+            parts.append(f"score {row['score']:.3f}")
+        if row.get("seconds") is not None:
+            parts.append(f"{row['seconds']:.0f} s")
+        return f"{name}: " + ", ".join(parts)
+
+    def table(self, columns: Mapping[str, str], names: list[str] | None = None) -> str:
+        """A Markdown table of the runs (all, or ``names``) with ``columns`` ``{key: header}``.
+
+        Fractions (accuracy, pass@k, rates) print as percentages, seconds as whole numbers, a missing or NaN
+        figure as a dash.
+        """
+        names = list(self) if names is None else names
+        head = "| run | " + " | ".join(columns.values()) + " |"
+        lines = [head, "|" + "---|" * (len(columns) + 1)]
+        for name in names:
+            lines.append(f"| {name} | " + " | ".join(_cell(key, self[name].get(key)) for key in columns) + " |")
+        return "\n".join(lines)
+
+    def record(self, notebook: str, profile, metrics: dict, seconds: float, extra: dict | None = None):
+        """Write the notebook's results file (``results.record_results``) with every run's figures in ``extra``."""
+        runs = {name: {k: _finite(v) for k, v in row.items() if _jsonable(v)} for name, row in self.items()}
+        return results.record_results(notebook, metrics, seed=profile.seed, seconds=seconds, profile=profile.name,
+                                      extra={**(extra or {}), "runs": runs})
+
+
+FRACTIONS = ("accuracy", "format_rate", "pass_at_1", "pass_at_k")
+
+
+def _cell(key: str, value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if key in FRACTIONS or key.endswith(("_accuracy", "_rate")):
+        return f"{value:.1%}"
+    if key == "seconds":
+        return f"{value:.0f}"
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def _finite(value):
+    """NaN (a figure not measured) as None, which JSON can hold."""
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def _jsonable(value) -> bool:
+    return value is None or isinstance(value, (int, float, str, bool)) or (
+        isinstance(value, Mapping) and all(isinstance(v, (int, float, str)) for v in value.values()))

@@ -1,0 +1,166 @@
+"""The environment is locked and recorded; the evaluation budget comes from the profile."""
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from course_utils import environment, evaluation, results, training
+from course_utils.profile import get_profile
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCK = ROOT / "requirements-lock.txt"
+
+
+def test_the_lock_pins_every_package_with_equals():
+    pins = [line for line in LOCK.read_text(encoding="utf-8").splitlines() if line and not line.startswith("#")]
+    assert all(re.fullmatch(r"[A-Za-z0-9_.\-]+==[A-Za-z0-9_.+\-]+", pin) for pin in pins), \
+        [p for p in pins if "==" not in p]
+    names = {pin.split("==")[0].lower().replace("_", "-") for pin in pins}
+    # the core, the dev tools, the installer and transitive packages (jinja2 comes through torch and nbconvert)
+    assert {"torch", "transformers", "trl", "peft", "datasets", "tokenizers", "numpy", "accelerate", "nbval",
+            "pytest", "pip", "jinja2", "safetensors"} <= names
+    assert not any(name.startswith("course-utils") for name in names), "the course itself is installed editable"
+
+
+def test_the_lock_agrees_with_pyproject_pins():
+    """A package pinned with == in pyproject.toml has that version in the lock (a stale lock fails here)."""
+    import tomllib
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    locked = dict(line.lower().split("==") for line in LOCK.read_text(encoding="utf-8").splitlines()
+                  if line and not line.startswith("#"))
+    specs = project["dependencies"] + project["optional-dependencies"]["dev"]
+    for spec in specs:
+        if "==" in spec:
+            name, version = spec.lower().split("==")
+            assert locked.get(name) == version, (spec, locked.get(name))
+        else:
+            assert re.match(r"[a-z0-9_.\-]+", spec.lower()).group(0) in locked, f"{spec} is not in the lock"
+
+
+def test_make_install_installs_the_lock():
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert "LOCK := requirements-lock.txt" in makefile and "pip install --quiet -r $(LOCK)" in makefile
+    assert "$(VENV)/.installed: pyproject.toml $(LOCK)" in makefile
+
+
+def test_the_environment_record_names_versions_cpu_threads_and_commit():
+    rec = environment.environment_record()
+    assert rec["packages"]["torch"] == torch.__version__.split("+")[0] or rec["packages"]["torch"] == torch.__version__
+    assert set(environment.PACKAGES) <= set(rec["packages"]) and "absent" not in rec["packages"].values()
+    assert rec["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert rec["torch_threads"] == torch.get_num_threads() and rec["cpu"]
+    assert re.fullmatch(r"[0-9a-f]{12}(-dirty)?|unknown", rec["commit"])
+    text = environment.environment_markdown(rec)
+    assert rec["cpu_capability"] in text and "transformers " + rec["packages"]["transformers"] in text
+
+
+def test_every_results_file_carries_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_ARTIFACTS", str(tmp_path))
+    path = results.record_results("99_test", {"acc": {"before": 0.1, "after": 0.5}}, seed=7, seconds=1.0)
+    record = json.loads(path.read_text(encoding="utf-8"))
+    assert record["environment"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert "Measured in:" in results.results_markdown([record])
+
+
+def test_the_profile_sets_torch_threads(monkeypatch):
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setenv("COURSE_THREADS", "1")
+        assert get_profile("cpu-tiny").threads == 1 and torch.get_num_threads() == 1
+        monkeypatch.delenv("COURSE_THREADS")
+        prof = get_profile("cpu-tiny")
+        assert 1 <= prof.threads <= 2 and torch.get_num_threads() == prof.threads
+        monkeypatch.setenv("COURSE_THREADS", "zero")
+        with pytest.raises(ValueError, match="COURSE_THREADS"):
+            get_profile("cpu-tiny")
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("fn", [evaluation.evaluate_arithmetic, evaluation.pass_at_k, evaluation.kl_to_reference])
+def test_measuring_functions_have_no_default_budget(fn):
+    """The test size and the generation budget must be passed (the profile's), never a default of 48."""
+    import inspect
+    params = inspect.signature(fn).parameters
+    for name in ("n", "max_new_tokens"):
+        assert params[name].default is inspect.Parameter.empty and params[name].kind is inspect.Parameter.KEYWORD_ONLY
+    assert inspect.signature(training.AccuracyCallback).parameters["max_new_tokens"].default is inspect.Parameter.empty
+
+
+def test_evaluation_generates_with_the_budget_it_is_given(monkeypatch):
+    """The budget reaches the generator: a profile of 37 tokens generates 37, not 48."""
+    seen = []
+
+    def fake_generate(model, tokenizer, prompts, max_new_tokens, **kwargs):
+        seen.append(max_new_tokens)
+        return ["<think>1 + 1 = 2</think><answer>2</answer>"] * len(prompts)
+
+    monkeypatch.setattr(evaluation, "generate", fake_generate)
+    monkeypatch.setattr(evaluation, "chat_prompt", lambda tok, q: q)
+    profile = get_profile("cpu-tiny", max_new_tokens=37, eval_size=200)
+    evaluation.evaluate_arithmetic(None, None, n=profile.eval_size, max_new_tokens=profile.max_new_tokens)
+    assert seen == [37]
+
+
+MEASURING = {"evaluate_arithmetic", "pass_at_k", "kl_to_reference", "AccuracyCallback"}
+
+
+def notebook_measuring_calls():
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        for i, cell in enumerate(nb["cells"]):
+            if cell["cell_type"] != "code":
+                continue
+            code = "\n".join(line for line in "".join(cell["source"]).splitlines()
+                             if not line.lstrip().startswith(("%", "!")))
+            for node in ast.walk(ast.parse(code)):
+                if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) in MEASURING:
+                    yield f"{path.stem} cell {i}", node
+
+
+def test_every_notebook_evaluation_uses_the_profile_budget():
+    """Every measuring call in a notebook passes the profile's budget (or the recipe's, where the notebook
+    samples with it) and, for held-out test sets, the profile's test size."""
+    calls = list(notebook_measuring_calls())
+    assert len(calls) >= 20
+    for where, node in calls:
+        kw = {k.arg: ast.unparse(k.value) for k in node.keywords}
+        assert kw.get("max_new_tokens") in ("profile.max_new_tokens", "recipe.max_new_tokens"), (where, kw)
+        if node.func.attr != "AccuracyCallback" and "n" in kw:  # 10 measures on a named subset (n_problems)
+            assert kw["n"] in ("profile.eval_size", "n_problems"), (where, kw)
+
+
+def _record(nb, seed, after, env_cpu="cpu A"):
+    return {"notebook": nb, "seed": seed, "seconds": 10.0, "metrics": {"accuracy": {"before": 0.1, "after": after}},
+            "environment": {"cpu": env_cpu, "cpu_capability": "AVX512", "packages": {"torch": "2.13.0"}}}
+
+
+def test_seeds_table_lists_each_seed_and_the_range():
+    from course_utils.seeds import seeds_markdown
+    text = seeds_markdown({7: [_record("05_ppo", 7, 0.5)], 1234: [_record("05_ppo", 1234, 0.75),
+                                                                   _record("06_dpo", 1234, 0.6)]})
+    row = next(line for line in text.splitlines() if line.startswith("| 05_ppo | accuracy"))
+    assert row == "| 05_ppo | accuracy | 0.1 → 0.5 | 0.1 → 0.75 | 0.5 – 0.75 |"  # seeds in the order given
+    assert "| seed 7 | seed 1234 |" in text
+    assert "| 06_dpo | accuracy | – | 0.1 → 0.6 | 0.6 – 0.6 |" in text
+    assert "**No record** (failed or not run): 06_dpo at seed 7" in text and "cpu A (AVX512" in text
+
+
+def test_seeds_report_only_reads_each_seed_folder(tmp_path):
+    from course_utils import seeds
+    for seed, after in ((3, 0.25), (5, 0.5)):
+        art, _ = seeds.seed_folders(seed, tmp_path / "artifacts", tmp_path / "build")
+        (art / "results").mkdir(parents=True)
+        (art / "results" / "05_ppo.json").write_text(json.dumps(_record("05_ppo", seed, after)), encoding="utf-8")
+    assert seeds.main(["--report-only", "3", "5", "--artifacts", str(tmp_path / "artifacts"),
+                       "--build", str(tmp_path / "build")]) == 0
+    (tmp_path / "build" / "seeds" / "s5").mkdir(parents=True)
+    (tmp_path / "build" / "seeds" / "s5" / "RESULTS.md").write_text("x\n**Failed:** 05_ppo.ipynb, 07_grpo.ipynb\n")
+    assert seeds.main(["--report-only", "3", "5", "--artifacts", str(tmp_path / "artifacts"),
+                       "--build", str(tmp_path / "build")]) == 0
+    text = (tmp_path / "build" / "SEEDS.md").read_text()
+    assert "| 05_ppo | accuracy | 0.1 → 0.25 | 0.1 → 0.5 | 0.25 – 0.5 |" in text
+    assert "05_ppo.ipynb at seed 5, 07_grpo.ipynb at seed 5" in text

@@ -1,0 +1,114 @@
+"""One rule for "these are the calibrated defaults, so assert": any seed, the CPU profile, no other change."""
+from dataclasses import dataclass, field
+
+import pytest
+
+from course_utils import experiment
+from course_utils.profile import get_profile
+
+
+@dataclass
+class Params:
+    profile: str = "auto"
+    seed: int | None = None
+    steps: int = 60
+    kl_sweep: tuple = (0.01, 0.3)
+    recipe: dict = field(default_factory=dict)
+
+
+CPU = get_profile("cpu-tiny", seed=1234)
+
+
+def test_any_seed_is_calibrated_however_it_is_given(monkeypatch):
+    assert experiment.calibrated(Params(), Params, CPU)
+    assert experiment.calibrated(Params(seed=7), Params, get_profile("cpu-tiny", seed=7))   # Params(seed=7)
+    monkeypatch.setenv("COURSE_SEED", "7")
+    assert experiment.calibrated(Params(), Params, get_profile("cpu-tiny"))                 # COURSE_SEED=7
+    assert experiment.calibrated(Params(profile="cpu-tiny"), Params, CPU)
+
+
+def test_any_other_change_is_not_calibrated_and_says_what_changed():
+    for P in (Params(steps=61), Params(recipe={"steps": 5}), Params(kl_sweep=(0.01,))):
+        assert not experiment.calibrated(P, Params, CPU)
+    assert experiment.calibrated(Params(kl_sweep=[0.01, 0.3]), Params, CPU)   # a list equal to the default tuple
+    line = experiment.not_checked(Params(steps=61, recipe={"lr": 1}), Params, CPU)
+    assert line.startswith("NOT CHECKED") and "steps, recipe" in line
+
+
+def test_a_gpu_profile_is_not_calibrated():
+    from dataclasses import replace
+    gpu = replace(CPU, name="gpu", device="cuda", model_id="Qwen/Qwen3-0.6B")
+    assert not experiment.calibrated(Params(), Params, gpu)
+    assert "the gpu profile (Qwen/Qwen3-0.6B)" in experiment.not_checked(Params(), Params, gpu)
+
+
+def test_params_must_be_the_dataclass():
+    with pytest.raises(TypeError, match="Params dataclass"):
+        experiment.calibrated({"steps": 1}, Params, CPU)
+
+
+def test_every_calibrated_check_cell_uses_the_one_rule():
+    """02, 03 and 05-11 assert thresholds measured at the defaults; 01 and 04 assert only what holds for any
+    parameters (pretraining beats the unigram baseline; the toy RL facts), so they assert unconditionally."""
+    import json
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    for path in sorted((root / "notebooks").glob("*.ipynb")):
+        code = "\n".join("".join(c["source"]) for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
+                         if c["cell_type"] == "code")
+        if path.stem[:2] in ("00", "01", "04"):
+            assert "experiment.calibrated" not in code, path.name
+            continue
+        assert code.count("experiment.calibrated(P, Params, profile)") == 1, path.name
+        assert "experiment.not_checked(P, Params, profile)" in code, path.name
+        assert "P == Params()" not in code and "NOT CHECKED: " not in code, path.name
+
+
+# --------------------------------------------------------------------------- evaluate and Runs
+def test_evaluate_takes_size_and_budget_from_the_profile_only(monkeypatch, tokenizer):
+    """Every generation call of an evaluation uses the profile's test size and budget (here 200 and 37)."""
+    from dataclasses import replace
+
+    from course_utils import evaluation
+    from course_utils.generation import Completions
+    calls = []
+
+    def fake_generate(model, tok, prompts, max_new_tokens, **kw):
+        calls.append(("greedy", len(prompts), max_new_tokens))
+        return ["<think>1 + 1 = 2</think><answer>2</answer>"] * len(prompts)
+
+    def fake_sample(model, tok, prompts, num_samples, temperature, max_new_tokens, **kw):
+        calls.append(("sample", len(prompts), max_new_tokens))
+        return Completions(["<answer>0</answer>"] * (len(prompts) * num_samples), None, None, None, None, None,
+                           num_samples)
+
+    monkeypatch.setattr(evaluation, "generate", fake_generate)
+    monkeypatch.setattr(evaluation, "sample_completions", fake_sample)
+    profile = replace(CPU, eval_size=200, max_new_tokens=37)
+    ev = experiment.evaluate(None, tokenizer, profile, k=4, scorer=lambda q, c: [1.0] * len(c), keep_samples=True)
+    assert calls == [("greedy", 200, 37), ("sample", 200, 37)]
+    assert ev.n == 200 and ev.k == 4 and ev.pass_at_1 == 0.0 and ev.score == 1.0 and len(ev.samples) == 200
+    assert ev.mean_tokens > 5 and "samples" not in ev.summary() and "correct" not in ev.summary()
+    assert ev.correct == (False,) * 200 and ev.accuracy == 0.0   # "2" is not the answer of any held-out sum
+    assert experiment.evaluate(None, tokenizer, profile).pass_at_1 is None and calls[-1][0] == "greedy"
+
+
+def test_runs_time_add_tabulate_and_record(tmp_path, monkeypatch):
+    import json
+    monkeypatch.setenv("COURSE_ARTIFACTS", str(tmp_path))
+    runs = experiment.Runs()
+    with runs.timed("a"):
+        sum(range(10_000))
+    ev = experiment.Eval(accuracy=0.5, format_rate=1.0, n=300, stderr=0.03, failures={"correct": 0.5},
+                         mean_tokens=30.0, pass_at_1=float("nan"))
+    row = runs.add("a", ev, steps=100, correct=[True, False])
+    assert runs.evals["a"] is ev and runs.line("a").startswith("a: greedy 50.0% (well-formed 100.0%), pass@1 –, ")
+    assert row["seconds"] > 0 and row["steps"] == 100 and runs["a"]["accuracy"] == 0.5
+    runs.add("b", None, accuracy=0.25)
+    table = runs.table({"accuracy": "greedy", "pass_at_1": "pass@1", "steps": "steps", "seconds": "s"})
+    assert table.splitlines()[2].startswith("| a | 50.0% | – | 100 | ")
+    assert table.splitlines()[3] == "| b | 25.0% | – | – | – |"
+    path = runs.record("99_test", CPU, {"accuracy": {"before": 0.25, "after": 0.5}}, seconds=1.0)
+    rec = json.loads(path.read_text(encoding="utf-8"))
+    assert rec["extra"]["runs"]["a"]["steps"] == 100 and "correct" not in rec["extra"]["runs"]["a"]
+    assert rec["extra"]["runs"]["a"]["pass_at_1"] is None   # NaN (not measured) is written as null
