@@ -26,7 +26,6 @@ import copy
 import json
 import os
 import platform
-import statistics
 import time
 from pathlib import Path
 from typing import Callable

@@ -7,17 +7,25 @@ follows, adds a short SFT that teaches the format first ("format priming"), a st
 reward and an evaluation with and without the LoRA; the course does all of it. Everything here
 is plain Python on strings and token counts, so the same functions serve the CPU path
 (the course's tiny Qwen3) and the GPU path (a hub Qwen3 under unsloth and vLLM).
+
+The notebook's measurement lives here too: :func:`measure` answers the held-out problems greedily
+(:func:`greedy_answers`: vLLM with a ``lora_request`` on the GPU, ``model.generate`` on the CPU) and scores
+them as an :class:`~course_utils.experiment.Eval` (:func:`score_answers`); :func:`api_drift` reports which of
+the seed's arguments the installed TRL and transformers refuse.
 """
 from __future__ import annotations
 
 import functools
 import math
 import re
-
+from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
 
+from . import generation
+from .experiment import Eval
 from .rewards import (COURSE_TAGS, SEED_TAGS, Tags, accuracy_reward, completion_text, format_reward, is_correct,
                       is_well_formatted, tag_count_reward, tiered_answer_reward, with_prefix, with_tags)
 
@@ -150,6 +158,84 @@ def evaluate(completions: list, answers: list, tags: Tags = SEED_TAGS, prefixed:
             "stderr": math.sqrt(max(acc * (1 - acc), 1e-12) / n), "correct": correct}
 
 
+def eval_prompts(problems: list[dict], system: str, tokenizer) -> list[str]:
+    """The generation prompts of ``problems``: the chat template's text, ending in the opening working-out tag."""
+    return [tokenizer.apply_chat_template(prompt_messages(p["question"], system), tokenize=False,
+                                          add_generation_prompt=True) for p in problems]
+
+
+def greedy_sampling_kwargs(max_tokens: int, eos_token: str) -> dict:
+    """vLLM ``SamplingParams`` keyword arguments for greedy evaluation: temperature 0, stop at the EOS."""
+    return {"temperature": 0.0, "max_tokens": max_tokens, "stop": [eos_token]}
+
+
+def greedy_answers(model, tokenizer, prompts: list[str], max_new_tokens: int, *, use_vllm: bool = False,
+                   lora_path: str | Path | None = None, batch_size: int = 100) -> list[str]:
+    """The greedy completion of each prompt (the text after the prompt).
+
+    ``use_vllm`` (the GPU path): unsloth's ``fast_inference`` model generates with its vLLM engine,
+    ``model.fast_generate`` with a greedy ``SamplingParams`` (:func:`greedy_sampling_kwargs`); the adapter saved
+    at ``lora_path`` (``model.save_lora``) is passed as a ``lora_request``, and none means the base model alone.
+    Otherwise (the CPU path) ``model.generate`` through :func:`course_utils.generation.generate`, in batches of
+    ``batch_size``: the model as it is, adapter included (switch one off with ``model.disable_adapter()``).
+    """
+    if use_vllm:
+        from vllm import SamplingParams
+        params = SamplingParams(**greedy_sampling_kwargs(max_new_tokens, tokenizer.eos_token))
+        lora = model.load_lora(str(lora_path)) if lora_path else None
+        outs = model.fast_generate(prompts, sampling_params=params, lora_request=lora)
+        return [o.outputs[0].text for o in outs]
+    if lora_path is not None:
+        raise ValueError("lora_path is for vLLM's lora_request (use_vllm=True); without vLLM the model's own "
+                         "adapter is used as it is")
+    return generation.generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size)
+
+
+def score_answers(completions: Sequence[str], problems: list[dict], tokenizer, tags: Tags = SEED_TAGS) -> Eval:
+    """Greedy ``completions`` of ``problems`` (after a prompt that opened the working-out) as an
+    :class:`~course_utils.experiment.Eval`: accuracy, format rate and standard error from :func:`evaluate`,
+    ``mean_tokens`` (the completions' mean length in tokens), ``failures`` (the share of answers not well formed,
+    and of well-formed ones with a wrong number), ``correct`` per problem and the samples (question, completion,
+    answer, correct), so that two runs compare problem by problem.
+    """
+    answers = [p["answer"] for p in problems]
+    result = evaluate(list(completions), answers, tags)
+    n = result["n"]
+    formed = [is_well_formatted(tags.think_open + completion_text(c), tags) for c in completions]
+    wrong = sum(f and not ok for f, ok in zip(formed, result["correct"]))
+    tokens = float(np.mean([len(tokenizer(c, add_special_tokens=False)["input_ids"]) for c in completions]))
+    samples = tuple({"question": p["question"], "completion": c, "answer": a, "correct": ok}
+                    for p, c, a, ok in zip(problems, completions, answers, result["correct"]))
+    return Eval(accuracy=result["accuracy"], format_rate=result["format_rate"], n=n, stderr=result["stderr"],
+                failures={"not well formed": 1 - sum(formed) / n, "wrong answer": wrong / n}, mean_tokens=tokens,
+                correct=tuple(result["correct"]), samples=samples)
+
+
+def measure(model, tokenizer, problems: list[dict], system: str, tags: Tags = SEED_TAGS, *, max_new_tokens: int,
+            use_vllm: bool = False, lora_path: str | Path | None = None) -> Eval:
+    """Notebook 11's held-out measurement: greedy answers to ``problems`` in the seed's format
+    (:func:`greedy_answers`: vLLM with the adapter at ``lora_path`` on the GPU, ``model.generate`` on the CPU),
+    scored by :func:`score_answers`.
+
+    ``max_new_tokens`` has no default: the notebook passes the completion budget GRPO trains with.
+    (:func:`course_utils.experiment.evaluate` measures the course's ``<think>``/``<answer>`` format on the
+    profile's test set; this measures the seed's tags, with the prompts the capstone trains on.)
+    """
+    prompts = eval_prompts(problems, system, tokenizer)
+    texts = greedy_answers(model, tokenizer, prompts, max_new_tokens, use_vllm=use_vllm, lora_path=lora_path)
+    return score_answers(texts, problems, tokenizer, tags)
+
+
+def changed_answers(before: Eval, after: Eval) -> list[dict]:
+    """The problems whose greedy answer went from right to wrong or back between two measurements of the same
+    problems (each with samples): question, reference, both completions and whether ``after`` fixed it."""
+    if len(before.samples) != len(after.samples) or not before.samples:
+        raise ValueError("need two measurements of the same problems, with their samples")
+    return [{"question": b["question"], "answer": b["answer"], "before": b["completion"],
+             "after": a["completion"], "fixed": a["correct"]}
+            for b, a in zip(before.samples, after.samples) if b["correct"] != a["correct"]]
+
+
 def add_tag_tokens(model, tokenizer, tags: Tags = SEED_TAGS, like: Tags = COURSE_TAGS) -> list[int]:
     """Add ``tags`` to the vocabulary as ordinary tokens, each initialised as the course tag it stands for.
 
@@ -195,6 +281,50 @@ def gsm8k_problems(rows) -> list[dict]:
         problems.append({"id": f"gsm8k-{i}", "question": row["question"], "answer": answer,
                          "completion": f"<think>{working}</think><answer>{answer}</answer>"})
     return problems
+
+
+def skipped(what: str, why: str = "no CUDA device here") -> None:
+    """Print the line a GPU-only step leaves on the CPU path: what did not run, and why."""
+    print(f"SKIPPED (GPU only): {what} — {why}.")
+
+
+def api_drift(profile, output_dir) -> dict[str, str]:
+    """What the installed TRL and transformers make of the arguments the seed's and unsloth's notebooks pass.
+
+    ``"Class.field"``: ``"present"`` or ``"ABSENT"`` for each config field those notebooks use; ``trl.PPOTrainer``
+    and ``SFTTrainer(tokenizer=...)`` likewise; and the seed's ``GRPOConfig(max_prompt_length=256)``: the error
+    plain TRL raises (or ``"accepted"``). Where unsloth's patched config stands in for TRL's (imported first on a GPU,
+    unsloth replaces ``trl.GRPOConfig`` with its own subclass, whose fields these then are), that call is not tried:
+    unsloth's config takes the seed's arguments, which is why a notebook written for it breaks without the patch.
+    """
+    import dataclasses
+    import inspect
+
+    import trl
+    from transformers import TrainingArguments
+    from trl import GRPOConfig, SFTTrainer
+
+    fields = {"GRPOConfig": {f.name for f in dataclasses.fields(GRPOConfig)},
+              "TrainingArguments": {f.name for f in dataclasses.fields(TrainingArguments)}}
+    found = {f"{where}.{name}": "present" if name in fields[where] else "ABSENT" for where, name in SEED_ARGUMENTS}
+    found["trl.PPOTrainer"] = "present" if hasattr(trl, "PPOTrainer") else "ABSENT"
+    found["SFTTrainer(tokenizer=...)"] = ("present" if "tokenizer" in inspect.signature(SFTTrainer.__init__).parameters
+                                          else "ABSENT")
+    call = "GRPOConfig(max_prompt_length=256)"
+    if not GRPOConfig.__module__.startswith("trl."):      # unsloth's patch: its config drops the field with a notice
+        found[call] = f"not tried: GRPOConfig is unsloth's {GRPOConfig.__name__} from {GRPOConfig.__module__}"
+        return found
+    try:
+        GRPOConfig(output_dir=str(output_dir), max_prompt_length=256, **profile.trainer_kwargs())
+        found[call] = "accepted"
+    except TypeError as error:
+        found[call] = f"{type(error).__name__}: {error}"
+    return found
+
+
+SEED_ARGUMENTS = (("GRPOConfig", "vllm_sampling_params"), ("GRPOConfig", "max_prompt_length"),
+                  ("TrainingArguments", "warmup_ratio"), ("GRPOConfig", "min_p"), ("GRPOConfig", "generation_kwargs"))
+"""Config fields the seed's and unsloth's notebooks use, as ``(class, field)``: :func:`api_drift` checks each."""
 
 
 def vllm_sampling_kwargs(recipe, seed: int, eos_token: str) -> dict:

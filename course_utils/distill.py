@@ -1,4 +1,5 @@
-"""Knowledge distillation (notebook 09): the student, the teacher's answers as data, and
+"""Knowledge distillation (notebook 09): the student, the teacher's answers as data, how sure
+the teacher is (:func:`answer_confidence`, the "dark knowledge" there is to pass on), and
 intermediate-layer matching.
 
 Logit distillation runs through TRL's ``GKDTrainer`` (``training.gkd_trainer``) and
@@ -18,7 +19,7 @@ from transformers import get_cosine_schedule_with_warmup
 from .data import to_messages
 from .chat import chat_prompt, encode_chat
 from .generation import generate
-from .losses import hidden_state_loss, sft_loss
+from .losses import hidden_state_loss, masked_mean, sft_loss
 from .modeling import build_model
 from .rewards import is_correct
 
@@ -72,6 +73,21 @@ def encode_rows(tokenizer, rows: list[dict]) -> tuple[torch.Tensor, torch.Tensor
         attention[i, :len(ids)] = 1
         labels[i, n_prompt:len(ids)] = ids[n_prompt:]
     return input_ids, attention, labels
+
+
+def answer_confidence(logits: torch.Tensor, mask: torch.Tensor, temperature: float = 1.0) -> dict[str, float]:
+    """How sure a model is of the next token at the answer positions, at ``temperature``.
+
+    ``logits`` (B, T, V) are a model's outputs on a batch of chats and ``mask`` (B, T - 1) marks the positions whose
+    *next* token is an answer token (``labels[:, 1:] != -100``). With :math:`p^T = \\mathrm{softmax}(z / T)` at each
+    such position, returns the means over them of the entropy :math:`-\\sum_v p^T_v \\log p^T_v` (nats; a uniform
+    guess over V tokens has :math:`\\log V`) and of the top-1 probability :math:`\\max_v p^T_v`:
+    ``{"entropy", "top1"}``. Little entropy means little "dark knowledge" for a student to learn beyond the argmax.
+    """
+    logp = torch.log_softmax(logits[:, :-1].float() / temperature, -1)     # (B, T-1, V)
+    entropy = -(logp.exp() * logp).sum(-1)                                # (B, T-1)
+    top1 = logp.exp().amax(-1)                                            # (B, T-1)
+    return {"entropy": float(masked_mean(entropy, mask)), "top1": float(masked_mean(top1, mask))}
 
 
 def train_hidden_matching(student, teacher, tokenizer, rows: list[dict], steps: int, learning_rate: float,

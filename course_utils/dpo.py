@@ -11,16 +11,27 @@ module holds what the trainer does not:
   ``beta * log(pi / pi_ref)`` (or SimPO's length-normalised ``log pi``) ranks the chosen
   answer first on held-out pairs;
 * :func:`trl_loss_parity` — drive ``DPOTrainer``'s own loss on one of its batches and
-  recompute it with :func:`course_utils.losses.dpo_loss`.
+  recompute it with :func:`course_utils.losses.dpo_loss`;
+* :func:`evaluate_policy` — the notebook's one measurement of a policy (a :class:`PolicyEval`: the answers, as
+  :func:`experiment.evaluate` measures them, plus the implicit reward's preference accuracy and the KL to the
+  reference), and :func:`sampled_failures` — the failure breakdown of sampled answers; both take the test size and
+  the generation budget from the profile only;
+* :func:`fraction_table` — counts and fractions (pair statistics, failure rates) as a Markdown table.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
 import torch
 
-from .data import to_messages
 from .chat import chat_prompt, encode_chat
+from .data import to_messages
+from .evaluation import failure_breakdown, heldout_problems, kl_to_reference
+from .experiment import Eval, evaluate, markdown_table
 from .generation import eval_mode, sample_completions
 from .losses import completion_logps, dpo_loss, ipo_loss
+from .profile import seed_everything
 from .rewards import is_correct
 
 
@@ -157,3 +168,68 @@ def trl_loss_parity(trainer, n_pairs: int = 8) -> dict:
                           trainer.beta)
     return {"trl": trl_loss.detach(), "ours": losses.mean(), "policy_chosen": policy_chosen,
             "policy_rejected": policy_rejected, "ref_chosen": ref_chosen, "ref_rejected": ref_rejected}
+
+
+# --------------------------------------------------------------------------- measuring a policy (notebook 06)
+@dataclass(frozen=True)
+class PolicyEval(Eval):
+    """An :class:`experiment.Eval` of a policy trained on preference pairs, with what DPO's notebook measures beside
+    its answers.
+
+    ``pref_accuracy``: the share of held-out self-generated pairs whose implicit reward ranks the chosen answer
+    first (:func:`implicit_reward_accuracy`; a tie counts one half); ``offline_pref_accuracy``: the same on 03's
+    held-out offline pairs (None where not measured); ``kl``: KL(pi || pi_ref) in nats per answer, on the policy's own
+    samples at temperature 1 (:func:`evaluation.kl_to_reference`). ``summary()`` includes all three, so
+    ``runs.add(name, ev)`` logs them with the greedy figures.
+    """
+
+    pref_accuracy: float | None = None
+    offline_pref_accuracy: float | None = None
+    kl: float | None = None
+
+
+def evaluate_policy(model, tokenizer, profile, reference, pairs: list[dict], offline_pairs: list[dict] | None = None,
+                    *, reference_free: bool = False) -> PolicyEval:
+    """Measure a policy on held-out data: greedy answers (:func:`experiment.evaluate`: ``profile.eval_size``
+    problems, ``profile.max_new_tokens`` new tokens), the preference accuracy of its implicit reward on ``pairs``
+    (and on ``offline_pairs`` if given), and its KL to ``reference`` (the same size and budget, from the profile).
+
+    The implicit reward is DPO's and IPO's, ``log pi - log pi_ref`` against ``reference``; with
+    ``reference_free=True`` it is SimPO's length-normalised ``log pi`` (the KL is still measured against
+    ``reference``, to show how far a reference-free method drifts). The order of the measurements is fixed (greedy,
+    pairs, offline pairs, then the KL, the only one that samples), so a run's figures do not depend on which were
+    asked for before the KL.
+    """
+    ev = evaluate(model, tokenizer, profile)
+    implicit = None if reference_free else reference
+    pref = implicit_reward_accuracy(model, tokenizer, pairs, reference=implicit)["accuracy"]
+    offline = (None if offline_pairs is None else
+               implicit_reward_accuracy(model, tokenizer, offline_pairs, reference=implicit)["accuracy"])
+    kl = kl_to_reference(model, reference, tokenizer, n=profile.eval_size, max_new_tokens=profile.max_new_tokens)["kl"]
+    return PolicyEval(**{f.name: getattr(ev, f.name) for f in fields(ev)}, pref_accuracy=pref,
+                      offline_pref_accuracy=offline, kl=kl)
+
+
+@torch.no_grad()
+def sampled_failures(model, tokenizer, profile, num_samples: int = 2, temperature: float = 1.0) -> dict:
+    """The failure breakdown (:func:`evaluation.failure_breakdown`: fractions per kind) of ``num_samples`` answers
+    per held-out problem sampled at ``temperature``: ``profile.eval_size`` problems, ``profile.max_new_tokens`` new
+    tokens, the RNG seeded with ``profile.seed`` first (so two models are compared on the same random draws)."""
+    problems = heldout_problems("test", profile.eval_size)
+    seed_everything(profile.seed)
+    prompts = [chat_prompt(tokenizer, p["question"]) for p in problems]
+    out = sample_completions(model, tokenizer, prompts, num_samples=num_samples, temperature=temperature,
+                             max_new_tokens=profile.max_new_tokens)
+    return failure_breakdown(out.texts, [p["answer"] for p in problems for _ in range(num_samples)])
+
+
+def fraction_table(rows: Mapping[str, Mapping[str, float]], columns: Mapping[str, str], first: str = "") -> str:
+    """A Markdown table: one row per entry of ``rows`` (its name first), ``columns`` ``{key: header}``.
+
+    Integers print as counts (``3,000``), other numbers as percentages (``12.5%``): for figures that are counts or
+    fractions, such as :func:`self_generated_pairs`' statistics or :func:`evaluation.failure_breakdown`'s rates.
+    """
+    def cell(value):
+        return f"{value:,}" if isinstance(value, int) else f"{value:.1%}"
+    return markdown_table({header: [cell(row[key]) for row in rows.values()] for key, header in columns.items()},
+                          index=list(rows), index_header=first)

@@ -268,6 +268,25 @@ def score_completions(reward_model, tokenizer, questions: list[str], completions
     return torch.cat(scores)
 
 
+class RewardModelScorer:
+    """A learned reward model as the ``scorer`` of ``experiment.evaluate``: ``scorer(questions, completions)``.
+
+    Each (question, completion) chat is scored as TRL's trainers score it (:func:`score_completions`: the chat
+    template, right padding, the head's one logit), the scores PPO trains on (``ppo.reward_model_scores``), so
+    ``Eval.score`` is the reward model's mean score of the very greedy answers whose accuracy the ``Eval`` reports.
+    The ``(N,)`` tensor of the latest call's scores, one per answer in the order of ``Eval.samples``, stays in
+    ``last`` (for ``grpo.top_scored_wrong``, and for a mean computed in float32 as the tensor's own ``mean()``).
+    """
+
+    def __init__(self, reward_model, tokenizer):
+        self.reward_model, self.tokenizer = reward_model, tokenizer
+        self.last: torch.Tensor | None = None
+
+    def __call__(self, questions: list[str], completions: list[str]) -> list[float]:
+        self.last = score_completions(self.reward_model, self.tokenizer, questions, completions)
+        return self.last.tolist()
+
+
 def pair_accuracy(reward_model, tokenizer, rows: list[dict]) -> dict:
     """Share of preference rows whose chosen completion out-scores the rejected one.
 

@@ -5,6 +5,8 @@
 * :class:`Runs` is a notebook's log of runs: ``with runs.timed(name)``, ``runs.add(name, ev, **extra)``,
   ``runs.table(columns)`` (Markdown), ``runs.record(notebook, profile, metrics)``.
 * :func:`calibrated` is the one rule for "may this check assert?".
+* :func:`failure_rates` turns an Eval's failure kinds into run-log columns; :func:`markdown_table` tabulates
+  what is not a run (a group of completions, loss weights); :func:`logged` reads a curve from a trainer's log.
 
 
 **When a check asserts.** A check cell's thresholds were measured on the CPU profile (the course's tiny model) with the
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, is_dataclass
 
@@ -52,14 +54,16 @@ def changed_parameters(P, Params) -> list[str]:
 
 
 def calibrated(P, Params, profile) -> bool:
-    """True where the check cell's thresholds were measured: the CPU profile and the parameters cell's defaults,
-    at any seed."""
-    return profile.is_cpu and not changed_parameters(P, Params)
+    """True where the check cell's thresholds were measured: the CPU profile with the course's own model and the
+    parameters cell's defaults, at any seed."""
+    return profile.is_cpu and profile.model_id is None and not changed_parameters(P, Params)
 
 
 def not_checked(P, Params, profile) -> str:
     """The line a check cell prints instead of asserting: what makes this run differ from the calibrated ones."""
-    reasons = [] if profile.is_cpu else [f"the {profile.name} profile ({profile.model_id})"]
+    reasons = [] if profile.is_cpu else [f"the {profile.name} profile"]
+    if profile.model_id is not None:
+        reasons.append(f"the model {profile.model_id} (the thresholds are the course's tiny model's)")
     changed = changed_parameters(P, Params)
     if changed:
         reasons.append("parameters changed from the defaults: " + ", ".join(changed))
@@ -142,6 +146,7 @@ class Runs(dict):
 
     def __init__(self):
         super().__init__()
+        self.started = time.perf_counter()   # the notebook's own clock: record() reports the time since
         self._seconds: dict[str, float] = {}
         self.evals: dict[str, Eval] = {}   # the full Eval of each run that has one (per-problem results included)
 
@@ -199,11 +204,64 @@ class Runs(dict):
             lines.append(f"| {name} | " + " | ".join(_cell(key, self[name].get(key)) for key in columns) + " |")
         return "\n".join(lines)
 
-    def record(self, notebook: str, profile, metrics: dict, seconds: float, extra: dict | None = None):
-        """Write the notebook's results file (``results.record_results``) with every run's figures in ``extra``."""
+    def show(self, columns: Mapping[str, str], names: list[str] | None = None) -> None:
+        """Display :meth:`table` as rendered Markdown (in a notebook; plain text elsewhere)."""
+        from IPython import get_ipython
+        from IPython.display import Markdown, display
+        text = self.table(columns, names)
+        display(Markdown(text)) if get_ipython() is not None else print(text)
+
+    def record(self, notebook: str, profile, metrics: dict, seconds: float | None = None, extra: dict | None = None):
+        """Write the notebook's results file (``results.record_results``) with every run's figures in ``extra``;
+        ``seconds`` defaults to the time since this log was created (the notebook's set-up cell)."""
         runs = {name: {k: _finite(v) for k, v in row.items() if _jsonable(v)} for name, row in self.items()}
+        seconds = time.perf_counter() - self.started if seconds is None else seconds
         return results.record_results(notebook, metrics, seed=profile.seed, seconds=seconds, profile=profile.name,
-                                      extra={**(extra or {}), "runs": runs})
+                                      extra={**(extra or {}), "runs": runs}, model=profile.model_id)
+
+
+def logged(log_history: list[dict], key: str) -> tuple[list[int], list[float]]:
+    """The steps and values of ``key`` in a trainer's ``state.log_history`` (the entries that have it), for a
+    curve: ``steps, kl = logged(trainer.state.log_history, "kl")``."""
+    rows = [row for row in log_history if key in row]
+    return [row.get("step", i) for i, row in enumerate(rows)], [float(row[key]) for row in rows]
+
+
+def failure_rates(ev: Eval) -> dict[str, float]:
+    """An evaluation's failure kinds (``Eval.failures``, see ``evaluation.FAILURE_KINDS``) as columns of the run log:
+    ``{"wrong_sum_rate": 0.41, "format_error_rate": 0.0, ...}``, for ``runs.add(name, ev, **failure_rates(ev))``
+    (:meth:`Runs.table` prints a key ending in ``_rate`` as a percentage)."""
+    return {kind.replace(" ", "_") + "_rate": float(share) for kind, share in ev.failures.items()}
+
+
+def _markdown_cell(value) -> str:
+    if hasattr(value, "item") and not isinstance(value, str):   # a one-element tensor or a numpy scalar
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value).replace("|", "\\|").replace("<", "&lt;").replace("\n", " ")
+    if isinstance(value, float) and math.isnan(value):
+        return "–"
+    return f"{value:.3g}"
+
+
+def markdown_table(columns: Mapping[str, Sequence], index: Sequence | None = None, index_header: str = "") -> str:
+    """A Markdown table from ``{header: values}``, the columns of equal length, one row per position (for tables
+    that are not runs; :meth:`Runs.table` tabulates runs).
+
+    ``index`` (optional) is a first column headed ``index_header``. Numbers (tensors' items too) print with three
+    significant digits; anything else as text, with ``|`` escaped and ``<`` written ``&lt;``, so a completion's
+    ``<think>`` tags show instead of being read as HTML.
+    """
+    columns = {header: list(values) for header, values in columns.items()}
+    if index is not None:
+        columns = {index_header: list(index), **columns}
+    lengths = {len(values) for values in columns.values()}
+    if len(lengths) != 1:
+        raise ValueError(f"columns of different lengths: { {h: len(v) for h, v in columns.items()} }")
+    lines = ["| " + " | ".join(_markdown_cell(h) for h in columns) + " |", "|" + "---|" * len(columns)]
+    for row in zip(*columns.values()):
+        lines.append("| " + " | ".join(_markdown_cell(v) for v in row) + " |")
+    return "\n".join(lines)
 
 
 FRACTIONS = ("accuracy", "format_rate", "pass_at_1", "pass_at_k")

@@ -11,10 +11,17 @@ the trainer does not:
   old and reference log-probs), with the reward of every completion recorded;
 * :func:`trl_parity` — that batch's advantages, per-token log-probs and loss for every
   ``loss_type``, from TRL and from :mod:`course_utils.losses`, side by side.
+
+And what the notebook measures and shows around its runs:
+
+* :func:`top_scored_wrong` — the wrong answers a reward model likes best (with
+  ``evaluation.RewardModelScorer``'s scores, section 6's reward hacking);
+* :func:`methods_table` — PPO (05), DPO (06) and GRPO side by side, from the results files.
 """
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -149,3 +156,68 @@ def trl_parity(trainer, n_prompts: int = 4, perturb: float = 1e-2, seed: int = 0
                 p.copy_(s)
         model.train(was_training)
     return out
+
+
+# --------------------------------------------------------------------------- measuring and showing (notebook 07)
+def top_scored_wrong(samples: Sequence[Mapping], scores, k: int = 5) -> list[tuple[float, Mapping]]:
+    """The ``k`` wrong answers with the highest scores, best first, as ``(score, sample)`` pairs.
+
+    ``samples``: ``Eval.samples`` (dicts with ``correct``; ``experiment.evaluate(..., keep_samples=True)``);
+    ``scores``: one per sample, in the same order (an ``evaluation.RewardModelScorer``'s ``last``). Ties keep the
+    samples' order.
+    """
+    if len(samples) != len(scores):
+        raise ValueError(f"{len(samples)} samples but {len(scores)} scores")
+    wrong = [(float(score), sample) for score, sample in zip(scores, samples) if not sample["correct"]]
+    return sorted(wrong, key=lambda pair: -pair[0])[:k]
+
+
+def _pair(record: Mapping, metric: str) -> str:
+    pair = record.get("metrics", {}).get(metric)
+    return "–" if pair is None else f"{pair['before']:.1%} → {pair['after']:.1%}"
+
+
+def _find(record: Mapping, *paths: tuple):
+    """The value at the first of ``paths`` (keys into ``record``) that exists, else None."""
+    for path in paths:
+        value = record
+        for key in path:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        if value is not None:
+            return value
+    return None
+
+
+def methods_table(records: Mapping[str, Mapping], before: Mapping, after: Mapping, memory_mib: Mapping[str, float],
+                  peak_ram_mb: float) -> str:
+    """Markdown: PPO (05, against the verifier), DPO (06, self-generated pairs) and GRPO from the same ``sft_cold``.
+
+    ``records``: results files by notebook (``results.load_results()``, one seed); a missing notebook gets a row that
+    says to run it. ``before`` / ``after``: this notebook's run-log rows of ``sft_cold`` and of the GRPO run
+    (``accuracy``, ``pass_at_1``; ``seconds`` of the run), ``peak_ram_mb`` its process's peak so far.
+    ``memory_mib``: the bytes each method keeps for its models, by method (``"PPO"``, ``"DPO"``, ``"GRPO"``).
+    Training seconds are read where the other notebooks record them (a dash where they do not).
+    """
+    methods = (
+        ("PPO", "05_ppo", "PPO (05, verifier)", "policy, critic, reference (+ reward model or verifier)",
+         (("extra", "verifier_seconds"),)),
+        ("DPO", "06_dpo", "DPO (06, self-generated pairs)", "policy, reference",
+         (("extra", "runs", "(b) self-generated pairs", "seconds"),)),
+    )
+    lines = ["| method | models in memory | model memory (MiB) | greedy accuracy | pass@1 | training seconds | "
+             "notebook peak RAM (MiB) |", "|---|---|---|---|---|---|---|"]
+    for method, notebook, name, models, seconds_at in methods:
+        record = records.get(notebook)
+        if record is None:
+            lines.append(f"| {name} | {models} | {memory_mib[method]:.1f} | *{notebook}'s results are missing: run "
+                         f"it with this seed* | | | |")
+            continue
+        seconds = _find(record, *seconds_at)
+        lines.append(f"| {name} | {models} | {memory_mib[method]:.1f} | {_pair(record, 'accuracy')} | "
+                     f"{_pair(record, 'pass_at_1')} | {'–' if seconds is None else f'{seconds:.0f}'} | "
+                     f"{record.get('peak_ram_mb', float('nan')):.0f} |")
+    grpo = {"metrics": {key: {"before": before[key], "after": after[key]} for key in ("accuracy", "pass_at_1")}}
+    lines.append(f"| GRPO (07, section 5) | policy with LoRA (reference = adapter off) | {memory_mib['GRPO']:.1f} | "
+                 f"{_pair(grpo, 'accuracy')} | {_pair(grpo, 'pass_at_1')} | {after['seconds']:.0f} | "
+                 f"{peak_ram_mb:.0f} (so far) |")
+    return "\n".join(lines)

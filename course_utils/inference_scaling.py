@@ -7,7 +7,8 @@ Three families, each a few small functions:
   :func:`weighted_vote`, and :func:`paraphrase_questions`, which asks the same sum in
   other words so that the answers' mistakes stop agreeing. :func:`curve` turns a
   ``(problems, N)`` table of answers into accuracy at ``N = 1, 2, 4, ...``
-  (``evaluation.wilson_interval`` gives each point its 95% interval).
+  (``evaluation.wilson_interval`` gives each point its 95% interval); :func:`at_n` and
+  :func:`at_n_columns` put a curve into an ``experiment.Runs`` log and its tables.
 * **A process reward model in miniature** — the answers are column-addition steps,
   so :func:`step_spans` can cut one into steps and :func:`step_labels` can label each
   step automatically against the true working. :func:`prm_training_rows` writes
@@ -18,8 +19,9 @@ Three families, each a few small functions:
   principled critique and verdict the judge learns to write, :func:`grm_judgements`
   samples ``k`` of them per answer, :func:`verdict_scores` turns them into scores with
   or without a meta reward model's filter, :func:`pair_judgement_accuracy` scores a
-  judge on preference pairs, and :func:`meta_rm_rows` builds (right critique, wrong
-  critique) pairs for the meta reward model.
+  judge on preference pairs, :func:`meta_rm_rows` builds (right critique, wrong
+  critique) pairs for the meta reward model and :func:`meta_rm_scores` scores every
+  critique with it.
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ import torch
 from .data import ANSWER_CLOSE, ANSWER_OPEN, QUESTION_TEMPLATES, NAMES, THINGS, THINK_CLOSE, THINK_OPEN, \
     column_steps, format_completion, to_messages
 from .chat import chat_prompt
-from .evaluation import think_conclusion
+from .evaluation import score_completions, think_conclusion
 from .generation import eval_mode, sample_completions
 from .rewards import extract_answer, extract_think, is_well_formatted, parse_int
 
@@ -90,6 +92,17 @@ def pass_curve(correct, ns=NS) -> dict[int, float]:
     """pass@n from a ``(problems, N)`` boolean table (the first ``n`` samples): the oracle verifier's best-of-n."""
     correct = np.asarray(correct, dtype=bool)
     return {n: float(correct[:, :n].any(1).mean()) for n in ns if n <= correct.shape[1]}
+
+
+def at_n(points: dict[int, float]) -> dict[str, float]:
+    """A curve's points as the figures of one run of an ``experiment.Runs`` log: ``{1: 0.25, 8: 0.31}`` ->
+    ``{"at_1_accuracy": 0.25, "at_8_accuracy": 0.31}`` (``Runs.table`` prints ``*_accuracy`` as percentages)."""
+    return {f"at_{n}_accuracy": float(a) for n, a in sorted(points.items())}
+
+
+def at_n_columns(ns, label: str = "N") -> dict[str, str]:
+    """The ``Runs.table`` columns of :func:`at_n`'s figures: ``[1, 8]`` -> ``{"at_1_accuracy": "N = 1", ...}``."""
+    return {f"at_{n}_accuracy": f"{label} = {n}" for n in ns}
 
 
 def answers_of(completions: list[str]) -> list[int | None]:
@@ -409,6 +422,23 @@ def verdict_scores(critiques: list[list[str]], k: int, meta_scores=None, keep: i
             verdicts = [verdicts[j] for j in order]
         scores.append(float(np.mean(verdicts)))
     return np.array(scores)
+
+
+def meta_rm_scores(meta, tokenizer, questions: list[str], completions: list[str], critiques: list[list[str]],
+                   batch_size: int = 256) -> np.ndarray:
+    """The meta reward model's score of every critique: a ``len(questions) x k`` array.
+
+    Critique ``critiques[i][j]`` is scored as the answer to the judge's prompt for ``(questions[i], completions[i])``
+    (:func:`grm_question`), the chat the judge wrote it for; :func:`verdict_scores` then lets the best ones vote.
+    """
+    if not len(questions) == len(completions) == len(critiques):
+        raise ValueError(f"{len(questions)} questions, {len(completions)} answers, {len(critiques)} rows of critiques")
+    k = len(critiques[0]) if critiques else 0
+    if any(len(row) != k for row in critiques):
+        raise ValueError("every answer needs the same number of critiques")
+    flat_q = [grm_question(q, c) for q, c in zip(questions, completions) for _ in range(k)]
+    flat_c = [crit for row in critiques for crit in row]
+    return score_completions(meta, tokenizer, flat_q, flat_c, batch_size=batch_size).numpy().reshape(len(questions), k)
 
 
 def pair_judgement_accuracy(chosen_scores, rejected_scores) -> float:

@@ -160,6 +160,29 @@ def reward_model_scores(reward_model, tokenizer) -> ScoreFn:
     return score
 
 
+def changed_answers(before, after, k: int = 6) -> str:
+    """Markdown: how many greedy answers changed between two evaluations on the same held-out problems, and the first
+    ``k`` that did, side by side (question, before, right?, after, right?).
+
+    ``before`` and ``after`` are ``Eval.samples`` (``experiment.evaluate(..., keep_samples=True)``): dicts with
+    ``question``, ``completion`` and ``correct``, one per problem, in the same order.
+    """
+    if len(before) != len(after) or any(b["question"] != a["question"] for b, a in zip(before, after)):
+        raise ValueError("before and after must be evaluations of the same problems, in the same order")
+    changed = [(b, a) for b, a in zip(before, after) if b["completion"] != a["completion"]]
+
+    def cell(s):
+        return "`" + s["completion"].replace("|", "\\|").replace("\n", " ") + "`"
+
+    rows = [f"{len(changed)} of {len(before)} greedy answers changed" + (f"; the first {min(k, len(changed))}:"
+                                                                       if changed else "."), "",
+            "| question | before | ✓ | after | ✓ |", "|---|---|---|---|---|"]
+    for b, a in changed[:k]:
+        rows.append(f"| {b['question']} | {cell(b)} | {'✓' if b['correct'] else '✗'} | {cell(a)} | "
+                    f"{'✓' if a['correct'] else '✗'} |")
+    return "\n".join(rows if changed else rows[:1])
+
+
 def finished(completions: Completions, eos_ids: list[int]) -> torch.Tensor:
     """``(B,)`` True where the completion ends with an EOS token (was not cut off)."""
     last = completions.completion_ids.gather(1, (completions.lengths - 1).clamp(min=0)[:, None])[:, 0]

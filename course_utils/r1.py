@@ -9,17 +9,24 @@ TRL's ``GRPOTrainer`` and ``SFTTrainer`` do the training (built in
   policy prompted that way (plain text, no chat template: a base model has none);
 * :func:`rejection_sample` — sample several answers per problem, keep the verified ones,
   break ties with a reward model: the cold-start set (from R1-Zero) and the second SFT's
-  reasoning data (from the reasoning-RL model) are both made by it.
+  reasoning data (from the reasoning-RL model) are both made by it;
+* :func:`evaluate_stage` / :func:`add_stage` — one stage on the held-out problems, prompted
+  either way (chat template or R1-Zero's plain prompt), with the two figures only 08 needs:
+  the step language of the answers and the everyday loss; :data:`STAGE_COLUMNS` tabulates them.
 """
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
 
+from . import experiment
 from .data import THINK_OPEN, to_messages
 from .chat import chat_prompt
-from .evaluation import score_completions
+from .evaluation import everyday_loss, failure_breakdown, heldout_problems, score_completions
 from .generation import generate, sample_completions
-from .rewards import extract_think, is_correct, is_well_formatted, step_language_share
+from .rewards import extract_think, is_correct, is_well_formatted, step_language_reward, step_language_share
 
 # The template of the DeepSeek-R1 paper (its Table 1), with the user's question and the
 # opening think tag appended by :func:`zero_prompt`.
@@ -142,3 +149,53 @@ def rejection_sample(model, tokenizer, problems: list[dict], num_samples: int = 
              "kept": len(rows), "several_kept": several, "with_choice": with_choice, "rm_changed": rm_changed,
              "wrong_steps": wrong_steps}
     return rows, stats
+
+
+# the columns of 08's stage tables: ``runs.show(r1.STAGE_COLUMNS, names)``
+STAGE_COLUMNS = {"accuracy": "greedy accuracy", "pass_at_1": "pass@1", "format_rate": "format",
+                 "mean_tokens": "length (tokens)", "step_language": "step language", "everyday_loss": "everyday loss",
+                 "seconds": "seconds"}
+
+
+def evaluate_stage(model, tokenizer, profile, template: str | None = None) -> tuple[experiment.Eval, dict]:
+    """One stage of the pipeline on ``profile.eval_size`` held-out problems with ``profile.max_new_tokens`` new tokens.
+
+    ``template`` None: the chat template, measured by :func:`experiment.evaluate` (``k=1``: one sample per
+    problem at temperature 1 for pass@1). ``"corpus"`` (or another of :data:`ZERO_TEMPLATES`): R1-Zero's plain
+    prompt (:func:`zero_prompt`), for the base model and R1-Zero, which have no chat template; their answers are
+    scored, and their length counted, with the opening think tag the prompt ends in.
+
+    Returns ``(ev, figures)``: the :class:`experiment.Eval` (greedy accuracy and format, pass@1, mean length in
+    tokens of the greedy answers) and ``{"step_language", "everyday_loss"}``: the mean
+    :func:`rewards.step_language_share` of the greedy answers and :func:`evaluation.everyday_loss` (the
+    non-reasoning skill). Log them with ``runs.add(name, ev, **figures)`` (:func:`add_stage` does).
+    """
+    if template is None:
+        ev = experiment.evaluate(model, tokenizer, profile, k=1, keep_samples=True)
+        texts = [s["completion"] for s in ev.samples]
+    else:
+        problems = heldout_problems("test", profile.eval_size)
+        greedy = zero_evaluate(model, tokenizer, problems, template, max_new_tokens=profile.max_new_tokens)
+        sampled = zero_evaluate(model, tokenizer, problems, template, num_samples=1,
+                                max_new_tokens=profile.max_new_tokens)
+        texts, answers = greedy["texts"], [p["answer"] for p in problems]
+        correct = [is_correct(t, a) for t, a in zip(texts, answers)]
+        n, accuracy = len(problems), greedy["accuracy"]
+        lengths = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+        ev = experiment.Eval(accuracy=accuracy, format_rate=greedy["format_rate"], n=n,
+                             stderr=math.sqrt(max(accuracy * (1 - accuracy), 1e-12) / n),
+                             failures=failure_breakdown(texts, answers), mean_tokens=sum(lengths) / n,
+                             pass_at_1=sampled["accuracy"], pass_at_k=sampled["accuracy"], k=1, temperature=1.0,
+                             correct=tuple(correct),
+                             samples=tuple({"question": p["question"], "completion": t, "answer": p["answer"],
+                                            "correct": ok} for p, t, ok in zip(problems, texts, correct)))
+    figures = {"step_language": float(np.mean(step_language_reward(texts))),
+               "everyday_loss": everyday_loss(model, tokenizer)}
+    return ev, figures
+
+
+def add_stage(runs: experiment.Runs, name: str, model, tokenizer, profile, template: str | None = None) -> dict:
+    """Measure one stage (:func:`evaluate_stage`) and log it in ``runs`` under ``name`` (its line is printed, its
+    seconds are those of ``runs.timed(name)`` if that timed it); returns its row."""
+    ev, figures = evaluate_stage(model, tokenizer, profile, template)
+    return runs.add(name, ev, **figures)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import platform
 import resource
 import sys
 import time
@@ -46,10 +45,11 @@ def results_dir() -> Path:
 
 
 def record_results(notebook: str, metrics: dict, seed: int, seconds: float, profile: str = "cpu-tiny",
-                   extra: dict | None = None) -> Path:
+                   extra: dict | None = None, model: str | None = None) -> Path:
     """Write ``artifacts/results/<notebook>.json``; returns its path.
 
-    ``metrics`` maps a name to ``{"before": x, "after": y}`` (finite numbers).
+    ``metrics`` maps a name to ``{"before": x, "after": y}`` (finite numbers); ``model`` is the profile's base model
+    (None: the course's own), so that a notebook reading another's results reads those of the same run.
     """
     clean = {}
     for name, pair in metrics.items():
@@ -60,8 +60,8 @@ def record_results(notebook: str, metrics: dict, seed: int, seconds: float, prof
             raise ValueError(f"metric {name!r} has a non-finite value: {vals}")
         clean[name] = vals
     record = {"notebook": notebook, "seed": int(seed), "seconds": round(float(seconds), 1),
-              "peak_ram_mb": round(peak_ram_mb(), 1), "profile": profile,
-              "python": platform.python_version(), "metrics": clean, "environment": environment_record()}
+              "peak_ram_mb": round(peak_ram_mb(), 1), "profile": profile, "model": model,
+              "metrics": clean, "environment": environment_record()}   # Python's version is in the environment
     if extra:
         record["extra"] = extra
     path = results_dir() / f"{notebook}.json"
@@ -69,10 +69,15 @@ def record_results(notebook: str, metrics: dict, seed: int, seconds: float, prof
     return path
 
 
-def load_results(folder: str | Path | None = None) -> list[dict]:
-    """Every results record in ``folder`` (default ``artifacts/results``), by notebook."""
+def load_results(folder: str | Path | None = None, *, profile=None) -> list[dict]:
+    """Every results record in ``folder`` (default ``artifacts/results``), by notebook; with ``profile``, only those
+    of the same run: its seed, profile name and base model (a record of another seed or model is not this run's)."""
     folder = Path(folder) if folder is not None else results_dir()
-    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))]
+    records = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))]
+    if profile is None:
+        return records
+    return [r for r in records if r.get("seed") == profile.seed and r.get("profile") == profile.name
+            and r.get("model") == profile.model_id]
 
 
 def results_markdown(records: list[dict], runner_stats: dict | None = None) -> str:

@@ -91,6 +91,26 @@ def sft_trainer(model, tokenizer, profile: Profile, recipe: SFTRecipe, output_di
     return trainer
 
 
+def hub_rows(dataset: str, kind: str) -> list[dict]:
+    """GPU path: the train split of a hub data set (or of a local folder ``datasets.load_dataset`` reads) as rows
+    for :func:`sft_trainer` or :func:`reward_trainer`.
+
+    ``kind="chat"``: ``{"messages"}`` rows (the set needs a ``messages`` column, e.g. ``trl-lib/Capybara``).
+    ``kind="preference"``: ``{"prompt", "chosen", "rejected"}`` rows (e.g. ``trl-lib/ultrafeedback_binarized``);
+    a set whose prompt is implicit (the shared user turns repeated at the start of ``chosen`` and ``rejected``)
+    is split with TRL's ``maybe_extract_prompt``. Other columns are dropped.
+    """
+    from datasets import load_dataset
+    from trl.data_utils import maybe_extract_prompt
+    if kind not in ("chat", "preference"):
+        raise ValueError(f"kind must be 'chat' or 'preference', got {kind!r}")
+    rows = load_dataset(dataset, split="train")
+    if kind == "chat":
+        return list(rows.select_columns(["messages"]))
+    rows = rows.select_columns([c for c in ("prompt", "chosen", "rejected") if c in rows.column_names])
+    return [maybe_extract_prompt(row) for row in rows]
+
+
 def reward_trainer(model, tokenizer, profile: Profile, recipe: RewardRecipe, output_dir: str | Path,
                    train_rows: list[dict] | None = None, logging_steps: int = 10):
     """TRL ``RewardTrainer``: Bradley-Terry loss on (prompt, chosen, rejected) chats.

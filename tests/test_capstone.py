@@ -125,3 +125,96 @@ def test_grpo_config_uses_trl_fields_for_the_seed_sampling(tmp_path):
     assert kw["top_k"] == -1 and kw["stop"] == ["<|im_end|>"] and kw["min_p"] == 0.1
     gpu_recipe = dataclasses.replace(recipe, **recipes.CapstoneRecipe.GPU)
     assert gpu_recipe.lora_r == 32 and gpu_recipe.optim == "adamw_8bit"
+
+
+def test_score_answers_is_an_eval_with_failures_tokens_and_samples(tokenizer):
+    problems = [{"question": "1+1?", "answer": "2"}, {"question": "2+2?", "answer": "4"},
+                {"question": "3+3?", "answer": "6"}]
+    right = f"1 + 1 = 2{TAGS.think_close}{TAGS.answer_open}2{TAGS.answer_close}"
+    wrong = f"2 + 2 = 5{TAGS.think_close}{TAGS.answer_open}5{TAGS.answer_close}"
+    ev = capstone.score_answers([right, wrong, "no tags"], problems, tokenizer, TAGS)
+    assert (ev.n, ev.accuracy, ev.format_rate, ev.correct) == (3, 1 / 3, 2 / 3, (True, False, False))
+    assert ev.failures == pytest.approx({"not well formed": 1 / 3, "wrong answer": 1 / 3})
+    lengths = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in (right, wrong, "no tags")]
+    assert ev.mean_tokens == sum(lengths) / 3 and ev.stderr == pytest.approx((2 / 9 / 3) ** 0.5)
+    assert ev.samples[1] == {"question": "2+2?", "completion": wrong, "answer": "4", "correct": False}
+    with pytest.raises(ValueError, match="as many completions"):
+        capstone.score_answers([right], problems, tokenizer, TAGS)
+
+
+def test_changed_answers_lists_the_fixed_and_the_broken(tokenizer):
+    problems = [{"question": f"{i}+0?", "answer": str(i)} for i in range(3)]
+    answer = [f"{i}{TAGS.think_close}{TAGS.answer_open}{i}{TAGS.answer_close}" for i in range(3)]
+    before = capstone.score_answers([answer[0], "x", answer[2]], problems, tokenizer, TAGS)
+    after = capstone.score_answers([answer[0], answer[1], "y"], problems, tokenizer, TAGS)
+    changed = capstone.changed_answers(before, after)
+    assert [(c["question"], c["fixed"], c["before"], c["after"]) for c in changed] == [
+        ("1+0?", True, "x", answer[1]), ("2+0?", False, answer[2], "y")]
+    assert capstone.changed_answers(before, before) == []
+    with pytest.raises(ValueError, match="same problems"):
+        capstone.changed_answers(before, capstone.score_answers(["x"], problems[:1], tokenizer, TAGS))
+
+
+def test_measure_on_the_cpu_path_generates_the_seed_prompts_greedily(seed_tokenizer):
+    from course_utils import generation
+    model = build_model(seed_tokenizer, seed=0).eval()
+    problems = data.load_jsonl("arithmetic", "test", n=4)
+    ev = capstone.measure(model, seed_tokenizer, problems, SYSTEM, TAGS, max_new_tokens=6)
+    prompts = capstone.eval_prompts(problems, SYSTEM, seed_tokenizer)
+    assert all(p.endswith(TAGS.think_open) and problems[0]["question"] in prompts[0] for p in prompts)
+    texts = generation.generate(model, seed_tokenizer, prompts, max_new_tokens=6)
+    assert [s["completion"] for s in ev.samples] == texts and ev.n == 4
+    assert ev == capstone.score_answers(texts, problems, seed_tokenizer, TAGS)
+    with pytest.raises(ValueError, match="lora_request"):
+        capstone.greedy_answers(model, seed_tokenizer, prompts, 6, lora_path="adapter")
+
+
+def test_greedy_answers_with_vllm_pass_the_adapter_as_a_lora_request(monkeypatch):
+    import sys
+    import types
+
+    class FakeVllmModel:     # unsloth's fast_inference model: save_lora / load_lora / fast_generate
+        def load_lora(self, path):
+            return f"lora:{path}"
+
+        def fast_generate(self, prompts, sampling_params, lora_request):
+            self.params, self.lora = sampling_params, lora_request
+            out = types.SimpleNamespace
+            return [out(outputs=[out(text=f"{p}!")]) for p in prompts]
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(SamplingParams=lambda **kw: kw))
+    model, tok = FakeVllmModel(), types.SimpleNamespace(eos_token="<eos>")
+    assert capstone.greedy_answers(model, tok, ["a", "b"], 64, use_vllm=True, lora_path="out/lora") == ["a!", "b!"]
+    assert model.lora == "lora:out/lora"
+    assert model.params == {"temperature": 0.0, "max_tokens": 64, "stop": ["<eos>"]}
+    capstone.greedy_answers(model, tok, ["a"], 64, use_vllm=True)
+    assert model.lora is None                      # no adapter: the base model
+
+
+def test_api_drift_reports_what_the_pinned_trl_and_transformers_refuse(tmp_path):
+    found = capstone.api_drift(get_profile("cpu-tiny"), tmp_path)
+    assert found["GRPOConfig.vllm_sampling_params"] == "ABSENT" and found["GRPOConfig.max_prompt_length"] == "ABSENT"
+    assert found["TrainingArguments.warmup_ratio"] == "ABSENT"
+    assert found["GRPOConfig.min_p"] == found["GRPOConfig.generation_kwargs"] == "present"
+    assert found["trl.PPOTrainer"] == found["SFTTrainer(tokenizer=...)"] == "ABSENT"
+    assert found["GRPOConfig(max_prompt_length=256)"].startswith("TypeError") and "max_prompt_length" in found[
+        "GRPOConfig(max_prompt_length=256)"]
+
+
+
+def test_api_drift_under_unsloths_patched_config_does_not_call_it(tmp_path, monkeypatch):
+    import trl
+
+    class UnslothGRPOConfig(trl.GRPOConfig):    # what `import unsloth` on a GPU puts in trl's place
+        def __init__(self, *args, **kwargs):
+            raise AssertionError("api_drift must not build unsloth's config")
+
+    UnslothGRPOConfig.__module__ = "unsloth_compiled_cache.UnslothGRPOTrainer"
+    monkeypatch.setattr(trl, "GRPOConfig", UnslothGRPOConfig)
+    found = capstone.api_drift(get_profile("cpu-tiny"), tmp_path)
+    assert found["GRPOConfig(max_prompt_length=256)"].startswith("not tried: GRPOConfig is unsloth's UnslothGRPOConfig")
+
+
+def test_skipped_says_what_and_why(capsys):
+    capstone.skipped("vllm.SamplingParams(...)", "vLLM needs CUDA")
+    assert capsys.readouterr().out == "SKIPPED (GPU only): vllm.SamplingParams(...) — vLLM needs CUDA.\n"

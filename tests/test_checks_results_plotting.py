@@ -144,3 +144,18 @@ def test_plot_pipeline_says_which_notebooks_start_from_sft_cold():
     texts = " ".join(t.get_text() for t in ax.texts)
     plt.close(fig)
     assert "05–08 start from" in texts and "sft_cold" in texts  # notebook 00's Step 2 says the same
+
+
+def test_load_results_of_this_run_skips_other_seeds_and_models(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from course_utils.profile import get_profile
+    monkeypatch.setenv("COURSE_ARTIFACTS", str(tmp_path))
+    profile = get_profile("cpu-tiny", seed=1234)
+    pair = {"accuracy": {"before": 0.1, "after": 0.2}}
+    results.record_results("05_ppo", pair, seed=1234, seconds=1.0)
+    results.record_results("06_dpo", pair, seed=7, seconds=1.0)
+    results.record_results("07_grpo", pair, seed=1234, seconds=1.0, model="/models/mine")
+    assert [r["notebook"] for r in results.load_results(profile=profile)] == ["05_ppo"]
+    assert [r["notebook"] for r in results.load_results(profile=replace(profile, model_id="/models/mine"))] == ["07_grpo"]
+    assert len(results.load_results()) == 3

@@ -1,4 +1,6 @@
 """Notebook 09's helpers: the student, the teacher's answers as data, hidden-state matching, the GKD trainer."""
+import math
+
 import pytest
 import torch
 
@@ -101,3 +103,28 @@ def test_distill_recipe_is_registered():
     p, log_p, log_q = teacher.softmax(-1), teacher.log_softmax(-1), student.log_softmax(-1)
     forward = (p * (log_p - log_q)).sum(-1).mean()
     assert torch.allclose(losses.generalized_jsd(student, teacher, beta=recipe.beta), forward, atol=1e-6)
+
+
+def test_answer_confidence_entropy_and_top1():
+    vocab = 7
+    mask = torch.tensor([[1, 1, 0]])                               # (B, T - 1): the last position is not an answer
+    uniform = torch.zeros(1, 4, vocab)
+    flat = distill.answer_confidence(uniform, mask)
+    assert flat["entropy"] == pytest.approx(math.log(vocab)) and flat["top1"] == pytest.approx(1 / vocab)
+    sure = torch.zeros(1, 4, vocab)
+    sure[:, :, 2] = 30.0                                           # all mass on one token
+    assert distill.answer_confidence(sure, mask)["entropy"] < 1e-6
+    assert distill.answer_confidence(sure, mask)["top1"] == pytest.approx(1.0)
+    torch.manual_seed(0)
+    logits = torch.randn(2, 5, vocab) * 3
+    mask = torch.tensor([[0, 1, 1, 0], [1, 1, 1, 1]])
+    for T in (1.0, 2.0):                                           # the naive computation, position by position
+        p = torch.softmax(logits[:, :-1] / T, -1)
+        ent = [float(-(p[b, t] * p[b, t].log()).sum()) for b in range(2) for t in range(4) if mask[b, t]]
+        top = [float(p[b, t].max()) for b in range(2) for t in range(4) if mask[b, t]]
+        got = distill.answer_confidence(logits, mask, T)
+        assert got["entropy"] == pytest.approx(sum(ent) / len(ent), rel=1e-5)
+        assert got["top1"] == pytest.approx(sum(top) / len(top), rel=1e-5)
+    # a higher temperature flattens the distribution: more entropy, a lower top-1
+    assert distill.answer_confidence(logits, mask, 5.0)["entropy"] > distill.answer_confidence(logits, mask)["entropy"]
+    assert distill.answer_confidence(logits, mask, 5.0)["top1"] < distill.answer_confidence(logits, mask)["top1"]

@@ -132,3 +132,75 @@ def test_self_generated_pairs_pair_a_right_answer_with_a_wrong_one(tokenizer, ti
                      "all_wrong": 0.5}
     with pytest.raises(ValueError):
         dpo.self_generated_pairs(tiny_pair[0], tokenizer, problems, samples_per_prompt=1)
+
+
+# --------------------------------------------------------------------------- measuring a policy
+def _profile(eval_size=200, max_new_tokens=37):
+    from dataclasses import replace
+
+    from course_utils.profile import get_profile
+    return replace(get_profile("cpu-tiny", seed=5), eval_size=eval_size, max_new_tokens=max_new_tokens)
+
+
+def test_evaluate_policy_takes_size_and_budget_from_the_profile(tokenizer, tiny_pair, monkeypatch):
+    """Greedy answers and the KL use the profile's test size and budget (200 and 37 here), the KL last; the
+    preference accuracies are the implicit reward's, against the reference or (SimPO) without one."""
+    from course_utils import evaluation, experiment
+    policy, reference = tiny_pair
+    calls = []
+
+    def fake_generate(model, tok, prompts, max_new_tokens, **kw):
+        calls.append(("greedy", len(prompts), max_new_tokens))
+        return ["<think>1 + 1 = 2</think><answer>2</answer>"] * len(prompts)
+
+    def fake_kl(model, ref, tok, *, n, max_new_tokens, **kw):
+        calls.append(("kl", n, max_new_tokens, ref is reference))
+        return {"kl": 0.25}
+
+    monkeypatch.setattr(evaluation, "generate", fake_generate)
+    monkeypatch.setattr(dpo, "kl_to_reference", fake_kl)
+    rows, offline = _pairs(), _pairs()[:2]
+    ev = dpo.evaluate_policy(policy, tokenizer, _profile(), reference, rows, offline)
+    assert calls == [("greedy", 200, 37), ("kl", 200, 37, True)]
+    assert isinstance(ev, experiment.Eval) and ev.n == 200 and ev.accuracy == 0.0 and ev.kl == 0.25
+    assert ev.pref_accuracy == dpo.implicit_reward_accuracy(policy, tokenizer, rows, reference=reference)["accuracy"]
+    assert ev.offline_pref_accuracy == dpo.implicit_reward_accuracy(policy, tokenizer, offline,
+                                                                    reference=reference)["accuracy"]
+    summary = ev.summary()
+    assert {"accuracy", "failures", "pref_accuracy", "offline_pref_accuracy", "kl"} <= set(summary)
+    assert "correct" not in summary
+
+    calls.clear()
+    free = dpo.evaluate_policy(policy, tokenizer, _profile(300, 11), reference, rows, reference_free=True)
+    assert calls == [("greedy", 300, 11), ("kl", 300, 11, True)]   # the KL is still to the reference
+    assert free.offline_pref_accuracy is None
+    assert free.pref_accuracy == dpo.implicit_reward_accuracy(policy, tokenizer, rows)["accuracy"]   # SimPO's reward
+    runs = experiment.Runs()
+    row = runs.add("simpo", free, show=False)
+    assert row["pref_accuracy"] == free.pref_accuracy and row["kl"] == 0.25
+
+
+def test_sampled_failures_take_the_profile_and_reseed(tokenizer, tiny_pair, monkeypatch):
+    from course_utils.generation import Completions
+    seeds, calls = [], []
+
+    def fake_sample(model, tok, prompts, num_samples, temperature, max_new_tokens, **kw):
+        calls.append((len(prompts), num_samples, temperature, max_new_tokens))
+        # per problem: one right-looking but wrong sum, one without tags
+        texts = ["<think>1 + 1 = 2</think><answer>2</answer>", "2"] * len(prompts)
+        return Completions(texts, None, None, None, None, None, num_samples)
+
+    monkeypatch.setattr(dpo, "sample_completions", fake_sample)
+    monkeypatch.setattr(dpo, "seed_everything", seeds.append)
+    failures = dpo.sampled_failures(tiny_pair[0], tokenizer, _profile(250, 21))
+    assert calls == [(250, 2, 1.0, 21)] and seeds == [5]
+    assert math.isclose(sum(failures.values()), 1.0)
+    assert failures["format error"] == 0.5 and failures["correct"] == 0.0
+
+
+def test_fraction_table_prints_counts_and_percentages():
+    stats = {"train": {"problems": 3000, "sample_accuracy": 0.4567, "pairs": 1250},
+             "held-out": {"problems": 300, "sample_accuracy": 0.5, "pairs": 120}}
+    text = dpo.fraction_table(stats, {"problems": "problems", "sample_accuracy": "right", "pairs": "pairs"}, "set")
+    assert text.splitlines() == ["| set | problems | right | pairs |", "|---|---|---|---|",
+                                 "| train | 3,000 | 45.7% | 1,250 |", "| held-out | 300 | 50.0% | 120 |"]

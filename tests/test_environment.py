@@ -106,6 +106,8 @@ def test_evaluation_generates_with_the_budget_it_is_given(monkeypatch):
 
 
 MEASURING = {"evaluate_arithmetic", "pass_at_k", "kl_to_reference", "AccuracyCallback"}
+# the package's measuring functions that read the test size and the budget from the profile they are given
+MEASURING_WITH_PROFILE = {"evaluate", "evaluate_policy", "sampled_failures", "evaluate_stage", "add_stage"}
 
 
 def notebook_measuring_calls():
@@ -117,19 +119,25 @@ def notebook_measuring_calls():
             code = "\n".join(line for line in "".join(cell["source"]).splitlines()
                              if not line.lstrip().startswith(("%", "!")))
             for node in ast.walk(ast.parse(code)):
-                if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) in MEASURING:
-                    yield f"{path.stem} cell {i}", node
+                name = getattr(node.func, "attr", getattr(node.func, "id", None)) if isinstance(node, ast.Call) else None
+                if name in MEASURING | MEASURING_WITH_PROFILE:
+                    yield f"{path.stem} cell {i}", name, node
 
 
 def test_every_notebook_evaluation_uses_the_profile_budget():
     """Every measuring call in a notebook passes the profile's budget (or the recipe's, where the notebook
-    samples with it) and, for held-out test sets, the profile's test size."""
+    samples with it) and, for held-out test sets, the profile's test size; or it is a package function given the
+    profile itself, which takes both from it (``experiment.evaluate`` and the notebooks' measuring functions)."""
     calls = list(notebook_measuring_calls())
     assert len(calls) >= 20
-    for where, node in calls:
+    for where, name, node in calls:
         kw = {k.arg: ast.unparse(k.value) for k in node.keywords}
+        if name in MEASURING_WITH_PROFILE:
+            assert "profile" in [ast.unparse(a) for a in node.args] + list(kw.values()), (where, name)
+            assert not {"n", "max_new_tokens"} & set(kw), (where, kw)   # nothing overrides the profile's
+            continue
         assert kw.get("max_new_tokens") in ("profile.max_new_tokens", "recipe.max_new_tokens"), (where, kw)
-        if node.func.attr != "AccuracyCallback" and "n" in kw:  # 10 measures on a named subset (n_problems)
+        if name != "AccuracyCallback" and "n" in kw:  # 10 measures on a named subset (n_problems)
             assert kw["n"] in ("profile.eval_size", "n_problems"), (where, kw)
 
 

@@ -2,6 +2,7 @@
 from dataclasses import dataclass, field
 
 import pytest
+import torch
 
 from course_utils import experiment
 from course_utils.profile import get_profile
@@ -39,7 +40,7 @@ def test_a_gpu_profile_is_not_calibrated():
     from dataclasses import replace
     gpu = replace(CPU, name="gpu", device="cuda", model_id="Qwen/Qwen3-0.6B")
     assert not experiment.calibrated(Params(), Params, gpu)
-    assert "the gpu profile (Qwen/Qwen3-0.6B)" in experiment.not_checked(Params(), Params, gpu)
+    assert "the gpu profile; the model Qwen/Qwen3-0.6B" in experiment.not_checked(Params(), Params, gpu)
 
 
 def test_params_must_be_the_dataclass():
@@ -112,3 +113,47 @@ def test_runs_time_add_tabulate_and_record(tmp_path, monkeypatch):
     rec = json.loads(path.read_text(encoding="utf-8"))
     assert rec["extra"]["runs"]["a"]["steps"] == 100 and "correct" not in rec["extra"]["runs"]["a"]
     assert rec["extra"]["runs"]["a"]["pass_at_1"] is None   # NaN (not measured) is written as null
+
+
+def test_runs_record_defaults_to_the_time_since_setup_and_show_renders(tmp_path, monkeypatch, capsys):
+    import json
+    import time
+    monkeypatch.setenv("COURSE_ARTIFACTS", str(tmp_path))
+    runs = experiment.Runs()
+    time.sleep(0.05)
+    runs.add("a", None, accuracy=0.5, show=False)
+    rec = json.loads(runs.record("99_test", CPU, {"accuracy": {"before": 0.25, "after": 0.5}}).read_text(encoding="utf-8"))
+    assert 0.05 <= rec["seconds"] < 5
+    runs.show({"accuracy": "greedy"})
+    assert "| a | 50.0% |" in capsys.readouterr().out
+
+
+def test_logged_keeps_only_the_entries_with_the_key():
+    history = [{"loss": 2.0, "step": 10}, {"kl": 0.1, "step": 10}, {"loss": 1.0, "step": 20}, {"train_runtime": 3.0}]
+    assert experiment.logged(history, "loss") == ([10, 20], [2.0, 1.0])
+    assert experiment.logged(history, "reward") == ([], [])
+
+
+def test_failure_rates_are_run_log_columns_printed_as_percentages():
+    from course_utils.evaluation import FAILURE_KINDS
+    failures = {"correct": 0.5, "format error": 0.0, "answer contradicts think": 0.125, "wrong sum": 0.375}
+    assert set(failures) == set(FAILURE_KINDS)
+    ev = experiment.Eval(accuracy=0.5, format_rate=1.0, n=8, stderr=0.18, failures=failures, mean_tokens=20.0)
+    rates = experiment.failure_rates(ev)
+    assert rates == {"correct_rate": 0.5, "format_error_rate": 0.0, "answer_contradicts_think_rate": 0.125,
+                     "wrong_sum_rate": 0.375}
+    runs = experiment.Runs()
+    runs.add("a", ev, show=False, **rates)
+    table = runs.table({"wrong_sum_rate": "wrong sum", "answer_contradicts_think_rate": "contradicts"})
+    assert table.splitlines()[2] == "| a | 37.5% | 12.5% |"
+
+
+def test_markdown_table_formats_numbers_and_escapes_text():
+    table = experiment.markdown_table({"completion": ["<think>1 | 2</think>", "x\ny"], "reward": [2.0, torch.tensor(0.5)],
+                                 "weight": [2.4414e-4, float("nan")]}, index=[0, 1], index_header="#")
+    assert table.splitlines() == ["| # | completion | reward | weight |", "|---|---|---|---|",
+                                  "| 0 | &lt;think>1 \\| 2&lt;/think> | 2 | 0.000244 |",
+                                  "| 1 | x y | 0.5 | – |"]
+    assert experiment.markdown_table({"a": [True]}).splitlines()[-1] == "| True |"
+    with pytest.raises(ValueError, match="different lengths"):
+        experiment.markdown_table({"a": [1, 2], "b": [1]})

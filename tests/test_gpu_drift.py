@@ -10,7 +10,6 @@ removed argument fails here before it fails a learner.
 import ast
 import dataclasses
 import importlib.util
-import inspect
 import subprocess
 import sys
 from pathlib import Path

@@ -242,3 +242,64 @@ def test_course_grpo_run_logs_what_trls_run_logs(tiny_grpo, monkeypatch):
     assert calls == [1, 1]                                        # both steps of the first run used the engine
     assert logs[0] == logs[1]
     assert logs[0][0]["completions/mean_length"] > 0
+
+
+# --------------------------------------------------------------------------- what notebook 07 measures and shows
+@pytest.fixture(scope="module")
+def tiny_reward_model(tokenizer):
+    from transformers import AutoModelForSequenceClassification
+
+    from course_utils.modeling import build_model
+    config = build_model(tokenizer, seed=0).config
+    torch.manual_seed(0)
+    return AutoModelForSequenceClassification.from_config(config.__class__(**{**config.to_dict(), "num_labels": 1}))
+
+
+def test_reward_model_scorer_scores_each_answer_as_evaluate_and_keeps_them(tokenizer, tiny_reward_model):
+    from course_utils import experiment
+    from course_utils.evaluation import RewardModelScorer, score_completions
+    questions = ["What is 2 + 3?", "What is 10 + 7?", "What is 4 + 4?"]
+    texts = ["<think>2 + 3 = 5</think><answer>5</answer>", "<answer>18</answer>", "no tags at all"]
+    scorer = RewardModelScorer(tiny_reward_model, tokenizer)
+    assert scorer.last is None
+    scores = scorer(questions, texts)
+    assert isinstance(scores, list) and len(scores) == 3 and len(set(scores)) == 3       # three different answers
+    want = score_completions(tiny_reward_model, tokenizer, questions, texts)
+    torch.testing.assert_close(scorer.last, want, rtol=0, atol=0)                        # kept, one per answer
+    assert scores == want.tolist()
+    assert scorer(questions[::-1], texts[::-1]) == pytest.approx(scores[::-1], abs=1e-6)  # pairs travel together
+    assert scorer.last.tolist() == pytest.approx(scores[::-1], abs=1e-6)                 # the latest call's
+    assert "scorer" in experiment.evaluate.__code__.co_varnames                           # the argument it serves
+
+
+def test_top_scored_wrong_ranks_only_wrong_answers_best_first():
+    samples = [{"completion": c, "correct": ok} for c, ok in
+               (("a", False), ("b", True), ("c", False), ("d", False), ("e", True), ("f", False))]
+    scores = torch.tensor([0.5, 9.0, 2.0, -1.0, 8.0, 2.0])
+    top = grpo.top_scored_wrong(samples, scores, k=3)
+    assert [s["completion"] for _, s in top] == ["c", "f", "a"]      # the right answers (9, 8) never; ties in order
+    assert [score for score, _ in top] == [2.0, 2.0, 0.5] and all(isinstance(x, float) for x, _ in top)
+    assert len(grpo.top_scored_wrong(samples, scores, k=10)) == 4
+    with pytest.raises(ValueError, match="6 samples but 5 scores"):
+        grpo.top_scored_wrong(samples, scores[:5])
+
+
+
+
+def test_methods_table_reads_other_notebooks_results_and_says_what_is_missing():
+    before = {"accuracy": 0.353, "pass_at_1": 0.172}
+    after = {"accuracy": 0.57, "pass_at_1": 0.315, "seconds": 120.4}
+    memory = {"PPO": 21.2, "DPO": 14.1, "GRPO": 9.3}
+    ppo = {"metrics": {"accuracy": {"before": 0.353, "after": 0.643}, "pass_at_1": {"before": 0.233, "after": 0.5}},
+           "extra": {"verifier_seconds": 88.0}, "peak_ram_mb": 1500.0}
+    table = grpo.methods_table({"05_ppo": ppo}, before, after, memory, peak_ram_mb=1700.4).splitlines()
+    assert len(table) == 5 and table[0].startswith("| method | models in memory |")
+    assert table[2] == ("| PPO (05, verifier) | policy, critic, reference (+ reward model or verifier) | 21.2 | "
+                        "35.3% → 64.3% | 23.3% → 50.0% | 88 | 1500 |")
+    assert "06_dpo's results are missing" in table[3] and "| 14.1 |" in table[3]
+    assert table[4] == ("| GRPO (07, section 5) | policy with LoRA (reference = adapter off) | 9.3 | 35.3% → 57.0% | "
+                        "17.2% → 31.5% | 120 | 1700 (so far) |")
+    dpo = {"metrics": {"accuracy": {"before": 0.353, "after": 0.533}}, "peak_ram_mb": 1400.0,
+           "extra": {"runs": {"(b) self-generated pairs": {"seconds": 61.0}}}}
+    row = grpo.methods_table({"06_dpo": dpo}, before, after, memory, 1.0).splitlines()[3]
+    assert row == "| DPO (06, self-generated pairs) | policy, reference | 14.1 | 35.3% → 53.3% | – | 61 | 1400 |"

@@ -186,3 +186,33 @@ def test_plot_accuracy_curves_draws_every_method_with_its_colour():
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "b"]
     assert ax.get_xscale() == "log"
     plt.close(ax.figure)
+
+
+def test_at_n_figures_and_their_columns():
+    points = {8: 0.5, 1: 0.25}
+    assert scaling.at_n(points) == {"at_1_accuracy": 0.25, "at_8_accuracy": 0.5}      # sorted by N
+    assert scaling.at_n_columns([1, 8]) == {"at_1_accuracy": "N = 1", "at_8_accuracy": "N = 8"}
+    assert scaling.at_n_columns([2], label="k") == {"at_2_accuracy": "k = 2"}
+    from course_utils.experiment import Runs
+    runs = Runs()
+    runs.add("vote", show=False, **scaling.at_n(points))
+    assert runs.table(scaling.at_n_columns([1, 8, 16])).splitlines()[-1] == "| vote | 25.0% | 50.0% | – |"
+
+
+def test_meta_rm_scores_score_each_critique_on_its_own_judge_prompt(tokenizer, tmp_path):
+    from transformers import AutoModelForSequenceClassification
+    build_model(tokenizer, seed=0).save_pretrained(tmp_path / "base")
+    meta = AutoModelForSequenceClassification.from_pretrained(tmp_path / "base", num_labels=1).eval()
+    meta.config.pad_token_id = tokenizer.pad_token_id
+    questions, answers = ["What is 1 plus 2?", "Add 10 and 20."], ["<answer>3</answer>", "<answer>31</answer>"]
+    critiques = [["3 = 3<answer>good</answer>", "no verdict", "x"], ["30 != 31<answer>bad</answer>", "y", "z"]]
+    scores = scaling.meta_rm_scores(meta, tokenizer, questions, answers, critiques, batch_size=4)
+    assert scores.shape == (2, 3)
+    one = evaluation.score_completions(meta, tokenizer, [scaling.grm_question(questions[1], answers[1])],
+                                       [critiques[1][0]]).numpy()
+    np.testing.assert_allclose(scores[1, 0], one[0], atol=1e-5)                 # row i, column j: critique j of i
+    assert len({round(float(s), 6) for s in scores.ravel()}) > 1                 # different critiques, different scores
+    with pytest.raises(ValueError, match="critiques"):
+        scaling.meta_rm_scores(meta, tokenizer, questions, answers, critiques[:1])
+    with pytest.raises(ValueError, match="same number"):
+        scaling.meta_rm_scores(meta, tokenizer, questions, answers, [critiques[0], critiques[1][:2]])

@@ -205,3 +205,44 @@ def test_make_optimizer_puts_the_critic_in_its_own_group(tiny_models):
     grouped = [id(p) for g in split.param_groups for p in g["params"]]
     assert sorted(grouped) == sorted(id(p) for p in model.parameters())   # every parameter once, none twice
     assert {id(p) for p in split.param_groups[1]["params"]} == {id(p) for p in value.parameters()}
+
+
+# --------------------------------------------------------------------------- what notebook 05 measures and shows
+def test_reward_model_scorer_gives_the_training_scores_in_evaluates_argument_order(tokenizer, tiny_models):
+    from course_utils import experiment
+    from course_utils.evaluation import RewardModelScorer, score_completions
+    _, _, reward_model = tiny_models
+    problems = [{"question": "What is 2 + 3?", "answer": "5"}, {"question": "What is 10 + 7?", "answer": "17"},
+                {"question": "What is 4 + 4?", "answer": "8"}]
+    texts = ["<think>2 + 3 = 5</think><answer>5</answer>", "<answer>18</answer>", "no tags at all"]
+    scorer = RewardModelScorer(reward_model, tokenizer)
+    scores = scorer([p["question"] for p in problems], texts)
+    trained_on = ppo.reward_model_scores(reward_model, tokenizer)(texts, problems)
+    assert isinstance(scores, list) and len(scores) == 3 and len(set(scores)) == 3    # three different answers
+    assert scores == pytest.approx(trained_on.tolist(), abs=0)
+    swapped = scorer([p["question"] for p in problems][::-1], texts[::-1])            # pairs travel together
+    assert swapped == pytest.approx(scores[::-1], abs=1e-6)
+    assert scores == pytest.approx(score_completions(reward_model, tokenizer, [p["question"] for p in problems],
+                                                     texts).tolist(), abs=0)
+    ev_score = sum(scores) / len(scores)                                               # what Eval.score holds
+    assert ev_score == pytest.approx(float(trained_on.mean()), rel=1e-6)
+    assert "scorer" in experiment.evaluate.__code__.co_varnames                         # the signature it serves
+
+
+
+def test_changed_answers_lists_only_the_answers_that_changed():
+    before = [{"question": "What is 1 + 1?", "completion": "<answer>3</answer>", "correct": False},
+              {"question": "What is 2 + 2?", "completion": "<answer>4</answer>", "correct": True},
+              {"question": "What is 3 + 3?", "completion": "a | b\nc", "correct": False}]
+    after = [{**before[0], "completion": "<answer>2</answer>", "correct": True}, before[1],
+             {**before[2], "completion": "x | y", "correct": False}]
+    text = ppo.changed_answers(before, after)
+    lines = text.splitlines()
+    assert lines[0] == "2 of 3 greedy answers changed; the first 2:"
+    assert lines[4] == "| What is 1 + 1? | `<answer>3</answer>` | ✗ | `<answer>2</answer>` | ✓ |"
+    assert lines[5] == "| What is 3 + 3? | `a \\| b c` | ✗ | `x \\| y` | ✗ |"      # a cell stays one cell
+    assert len(lines) == 6 and "2 + 2" not in text
+    assert ppo.changed_answers(before, after, k=1).splitlines()[0].endswith("the first 1:")
+    assert ppo.changed_answers(before, before) == "0 of 3 greedy answers changed."
+    with pytest.raises(ValueError, match="same problems"):
+        ppo.changed_answers(before, after[::-1])

@@ -113,3 +113,62 @@ def test_zero_evaluate_scores_answers_with_their_opening_tag(tokenizer, monkeypa
     monkeypatch.setattr(r1, "sample_completions", _fake_sampler(answers * 2, 2))
     out = r1.zero_evaluate(None, tokenizer, PROBLEMS[:2], num_samples=2)
     assert len(out["texts"]) == 4 and out["accuracy"] == 0.25   # answers are matched to their own problem
+
+
+def test_evaluate_stage_on_r1_zero_prompts_uses_the_profiles_budget(tokenizer, monkeypatch):
+    from types import SimpleNamespace
+    profile = SimpleNamespace(eval_size=200, max_new_tokens=7)
+    problems = evaluation.heldout_problems("test", 200)
+    answer_of = {r1.zero_prompt(p["question"]): p["answer"] for p in problems}
+    budgets = []
+
+    def fake_generate(model, tok, prompts, max_new_tokens):   # right and in steps, then a wrong answer in prose
+        budgets.append(max_new_tokens)
+        return [f"so {answer_of[q]}</think><answer>{answer_of[q]}</answer>" if i < 100
+                else "the park</think><answer>0</answer>" for i, q in enumerate(prompts)]
+
+    def fake_sample(model, tok, prompts, num_samples, max_new_tokens, **kwargs):   # every sample right
+        budgets.append(max_new_tokens)
+        return _fake_sampler([f"so {answer_of[q]}</think><answer>{answer_of[q]}</answer>" for q in prompts],
+                             1)(model, tok, prompts, num_samples)
+
+    monkeypatch.setattr(r1, "generate", fake_generate)
+    monkeypatch.setattr(r1, "sample_completions", fake_sample)
+    monkeypatch.setattr(r1, "everyday_loss", lambda model, tok: 1.25)
+    ev, figures = r1.evaluate_stage(None, tokenizer, profile, template="corpus")
+    assert budgets == [7, 7]
+    assert (ev.n, ev.accuracy, ev.format_rate, ev.pass_at_1, ev.k) == (200, 0.5, 1.0, 1.0, 1)
+    assert ev.correct == (True,) * 100 + (False,) * 100 and ev.failures["correct"] == 0.5
+    assert ev.stderr == pytest.approx(math.sqrt(0.25 / 200))
+    # length and step language count the answers with the opening tag the prompt ends in
+    texts = [s["completion"] for s in ev.samples]
+    assert texts[0].startswith("<think>so ") and texts[-1] == "<think>the park</think><answer>0</answer>"
+    lengths = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    assert ev.mean_tokens == pytest.approx(sum(lengths) / 200)
+    assert figures == {"step_language": 0.5, "everyday_loss": 1.25}
+
+
+def test_add_stage_logs_the_chat_templates_evaluation_with_its_seconds(tokenizer, monkeypatch):
+    from course_utils import experiment
+    samples = ({"question": "2 + 3?", "completion": "<think>2 + 3 = 5, so 5</think><answer>5</answer>",
+                "answer": "5", "correct": True},
+               {"question": "3 + 4?", "completion": "<answer>8</answer>", "answer": "7", "correct": False})
+    calls = []
+
+    def fake_evaluate(model, tok, profile, **kwargs):
+        calls.append(kwargs)
+        return experiment.Eval(accuracy=0.5, format_rate=0.5, n=2, stderr=0.35, failures={}, mean_tokens=9.0,
+                               pass_at_1=0.25, pass_at_k=0.25, k=1, temperature=1.0, correct=(True, False),
+                               samples=samples)
+
+    monkeypatch.setattr(experiment, "evaluate", fake_evaluate)
+    monkeypatch.setattr(r1, "everyday_loss", lambda model, tok: 2.0)
+    runs = experiment.Runs()
+    with runs.timed("stage"):
+        pass
+    row = r1.add_stage(runs, "stage", None, tokenizer, profile=None)
+    assert calls == [{"k": 1, "keep_samples": True}]   # pass@1 from one sample per problem, samples for the figures
+    assert row is runs["stage"] and row["accuracy"] == 0.5 and row["pass_at_1"] == 0.25
+    assert row["step_language"] == 0.5 and row["everyday_loss"] == 2.0 and row["seconds"] >= 0
+    assert set(r1.STAGE_COLUMNS) <= set(row)   # every column of the stage tables is filled
+    assert "| stage | 50.0% | 25.0% |" in runs.table(r1.STAGE_COLUMNS)

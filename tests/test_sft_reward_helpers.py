@@ -104,3 +104,23 @@ def test_reward_recipe_trains(tiny_pair, tmp_path):
     training.reward_trainer(rm, tok, get_profile("cpu-tiny"), recipes.RewardRecipe(steps=3), tmp_path / "rm",
                             train_rows=data.preference_rows(n=64)).train()
     assert not torch.equal(head, rm.score.weight)
+
+
+def test_hub_rows_reads_chat_and_preference_sets(tmp_path):
+    import json
+    user = {"role": "user", "content": "Add 10 and 20."}
+    chats = tmp_path / "chats"
+    chats.mkdir()
+    (chats / "train.jsonl").write_text(json.dumps({"messages": [user, {"role": "assistant", "content": "30"}],
+                                                   "source": "x"}) + "\n", encoding="utf-8")
+    assert training.hub_rows(str(chats), "chat") == [{"messages": [user, {"role": "assistant", "content": "30"}]}]
+    prefs = tmp_path / "prefs"
+    prefs.mkdir()
+    implicit = {"chosen": [user, {"role": "assistant", "content": "30"}],
+                "rejected": [user, {"role": "assistant", "content": "31"}], "score": 1.0}
+    (prefs / "train.jsonl").write_text(json.dumps(implicit) + "\n", encoding="utf-8")
+    row, = training.hub_rows(str(prefs), "preference")
+    assert row == {"prompt": [user], "chosen": [{"role": "assistant", "content": "30"}],
+                   "rejected": [{"role": "assistant", "content": "31"}]}
+    with pytest.raises(ValueError):
+        training.hub_rows(str(prefs), "pairs")
