@@ -31,8 +31,8 @@ class Profile:
 
     Attributes:
         name: ``"cpu-tiny"`` or ``"gpu"`` (``"auto"`` is resolved before this exists).
-        model_id: hub id or local folder of the base model; ``None`` on ``cpu-tiny``
-            means "the course's own model, built by ``load_stage``".
+        model_id: hub id or local folder of the base model (on either profile; env ``COURSE_MODEL``);
+            ``None`` on ``cpu-tiny`` means "the course's own model, built by ``load_stage``".
         seed: seed for python, numpy and torch (env ``COURSE_SEED`` overrides the default).
         device: ``"cpu"`` or ``"cuda"``.
         dtype: parameter dtype for training (float32 on CPU; bfloat16 on GPU).
@@ -127,7 +127,9 @@ def get_profile(name: str = "auto", *, model_id: str | None = None, seed: int | 
     Args:
         name: ``"auto"`` (``gpu`` when CUDA is available, else ``cpu-tiny``),
             ``"cpu-tiny"`` or ``"gpu"``.
-        model_id: override the profile's base model (e.g. your own checkpoint).
+        model_id: the base model instead of the profile's: a hub id or a local folder (safetensors, no remote
+            code); default: env ``COURSE_MODEL``, else the course's tiny model on ``cpu-tiny`` and Qwen3-0.6B on
+            ``gpu``. Its generation budget is measured from its tokenizer (``adapt.budget_for``).
         seed: override the seed (default: env ``COURSE_SEED`` or 1234).
         overrides: any other :class:`Profile` field.
 
@@ -138,6 +140,7 @@ def get_profile(name: str = "auto", *, model_id: str | None = None, seed: int | 
     if name == "auto":
         name = "gpu" if torch.cuda.is_available() else "cpu-tiny"
     seed = resolve_seed(seed)
+    model_id = model_id if model_id is not None else (os.environ.get("COURSE_MODEL") or None)
     if name == "cpu-tiny":
         prof = Profile(name=name, model_id=None, seed=seed, device="cpu", dtype=torch.float32)
     else:
@@ -147,7 +150,10 @@ def get_profile(name: str = "auto", *, model_id: str | None = None, seed: int | 
         prof = Profile(name=name, model_id="Qwen/Qwen3-0.6B", seed=seed, device="cuda",
                        dtype=torch.bfloat16, eval_size=300, max_new_tokens=256)
     if model_id is not None:
-        prof = replace(prof, model_id=model_id)
+        from .adapt import budget_for   # the course's answers in this model's tokens, tags as whole tokens
+        budget = budget_for(model_id)
+        prof = replace(prof, model_id=model_id,
+                       max_new_tokens=budget if prof.is_cpu else max(prof.max_new_tokens, budget))
     prof = replace(prof, **overrides) if overrides else prof
     if prof.threads is None:
         prof = replace(prof, threads=resolve_threads(prof.name))

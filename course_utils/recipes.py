@@ -11,6 +11,9 @@ very same object, so a rebuilt checkpoint is trained exactly as the notebook tra
 CPU values are the class defaults (measured on 2 cores). A recipe class's ``GPU``
 mapping holds the fields that differ on the ``gpu`` profile (a 0.6B hub model wants a
 far smaller learning rate and longer sequences than the course's 0.46M-parameter one).
+With a model of your own on a CPU (``COURSE_MODEL``), the learning rates follow the model and
+the rest the machine: the ``GPU`` mapping's ``*learning_rate`` fields (chosen for a pretrained
+model of real size) apply, the CPU's steps, batches and lengths stay.
 """
 from __future__ import annotations
 
@@ -407,12 +410,15 @@ DEFAULTS = {
 
 
 def recipe_for(stage: str, profile: Profile, **overrides):
-    """The recipe of ``stage`` for ``profile`` (GPU values applied there), with ``overrides``."""
+    """The recipe of ``stage`` for ``profile`` (GPU values applied there; a model of your own on a CPU takes the GPU
+    learning rates), with ``overrides``."""
     if stage not in DEFAULTS:
         raise ValueError(f"no recipe for stage {stage!r}; stages with recipes: {sorted(DEFAULTS)}")
     recipe = DEFAULTS[stage]
     if not profile.is_cpu and recipe.GPU:
         recipe = replace(recipe, **recipe.GPU)
+    elif profile.model_id is not None and recipe.GPU:   # your own model on a CPU: its learning rates, CPU sizes
+        recipe = replace(recipe, **{k: v for k, v in recipe.GPU.items() if k.endswith("learning_rate")})
     unknown = set(overrides) - {f.name for f in fields(recipe)}
     if unknown:
         raise TypeError(f"{type(recipe).__name__} has no field(s) {sorted(unknown)}; "

@@ -19,9 +19,10 @@ checkpoint is never returned to a GPU run or to another base model.
 
 ``load_stage(name, profile)`` returns ``(model, tokenizer)``; when the checkpoint is
 missing it *builds* it with the owning notebook's default recipe (and says so), so
-every notebook also runs on its own on a fresh clone. On the ``gpu`` profile the
-``pretrain`` stage is the hub model itself: nobody pretrains a 0.6B model in a
-course, so 01's tiny run is the CPU path's stand-in for it.
+every notebook also runs on its own on a fresh clone. With a base model named
+(``Params(model_id=...)``, env ``COURSE_MODEL``, or the ``gpu`` profile's Qwen3-0.6B) the
+``pretrain`` stage is that model itself, adapted to the course's chat format: nobody
+pretrains a 0.6B model in a course, so 01's tiny run is the CPU path's stand-in for it.
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from typing import Callable
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
 from . import training
+from .adapt import adapt
 from .course import notebook_name
 from .modeling import build_model, check_safetensors_dir, save_checkpoint, train_tokenizer
 from .paths import artifacts_dir
@@ -80,7 +82,7 @@ def stage_dir(name: str, profile: Profile) -> Path:
 
 def is_hub_stage(name: str, profile: Profile) -> bool:
     """True where the stage is the profile's base model itself (``pretrain`` on a hub model)."""
-    return name == "pretrain" and not profile.is_cpu and profile.model_id is not None
+    return name == "pretrain" and profile.model_id is not None
 
 
 def stage_inputs(name: str, profile: Profile, recipe=None) -> dict:
@@ -125,13 +127,17 @@ def load_checkpoint(path: str | Path, model_class=AutoModelForCausalLM, **kwargs
 
 
 def load_hub_model(model_id: str, profile: Profile, model_class=AutoModelForCausalLM, **kwargs):
-    """GPU path: a hub model (safetensors only, no remote code) and its tokenizer."""
+    """Your own base model: a hub id or a local folder (safetensors only, no remote code) and its tokenizer, in the
+    profile's dtype (float32 on a CPU, bfloat16 on a GPU), adapted to the course's chat format
+    (:func:`course_utils.adapt.adapt`: pad token, chat template, tags as tokens); prints what the adapter changed."""
+    if Path(model_id).expanduser().is_dir():
+        check_safetensors_dir(Path(model_id).expanduser())
     model = model_class.from_pretrained(model_id, dtype=profile.dtype, use_safetensors=True,
-                                        trust_remote_code=False, **kwargs).to(profile.device)
+                                        trust_remote_code=False, **kwargs)
     tokenizer = AutoTokenizer.from_pretrained(model_id, trust_remote_code=False)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return model, tokenizer
+    adaptation = adapt(model, tokenizer)
+    print(f"{model_id} adapted to the course: {adaptation}")
+    return model.to(profile.device), tokenizer
 
 
 def save_stage(name: str, model, tokenizer, profile: Profile, recipe=None) -> Path:

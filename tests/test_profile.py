@@ -47,5 +47,12 @@ def test_cpu_trainer_kwargs_build_real_configs(tmp_path):
         assert not args.bf16 and not args.gradient_checkpointing
 
 
-def test_model_id_override():
-    assert get_profile("cpu-tiny", model_id="/models/x").model_id == "/models/x"
+def test_a_model_that_is_not_there_is_named_in_the_error(tmp_path, monkeypatch):
+    from course_utils.adapt import AdaptationError
+    with pytest.raises(AdaptationError, match="cannot load a tokenizer for the model"):
+        get_profile("cpu-tiny", model_id=str(tmp_path / "missing"))
+    monkeypatch.setenv("COURSE_MODEL", str(tmp_path / "missing"))
+    with pytest.raises(AdaptationError, match="missing"):
+        get_profile("cpu-tiny")
+    monkeypatch.setenv("COURSE_MODEL", "")
+    assert get_profile("cpu-tiny").model_id is None

@@ -52,3 +52,13 @@ def test_ppo_recipe_gpu_values_and_consistency():
     for recipe in (cpu, gpu):
         assert recipe.rollouts_per_step % recipe.samples_per_prompt == 0
         assert recipe.rollouts_per_step % recipe.minibatch_size == 0 and recipe.kl_estimator in ("k1", "k2", "k3")
+
+
+def test_your_own_model_on_a_cpu_takes_the_gpu_learning_rates_and_the_cpu_sizes():
+    from dataclasses import replace
+    own = replace(get_profile("cpu-tiny"), model_id="/models/mine")
+    for stage in ("sft", "dpo", "grpo"):
+        cpu, mine, gpu = (recipes.recipe_for(stage, p) for p in (get_profile("cpu-tiny"), own, GPU))
+        assert mine.learning_rate == gpu.learning_rate != cpu.learning_rate, stage
+        changed = {f.name for f in fields(mine) if getattr(mine, f.name) != getattr(cpu, f.name)}
+        assert changed and all(name.endswith("learning_rate") for name in changed), (stage, changed)
