@@ -32,6 +32,7 @@ results           per-notebook metrics -> ``build/RESULTS.md``; seconds against 
 runner            ``make course``: every notebook in a fresh kernel -> ``build/``
 seeds             ``make seeds``: the course once per seed -> ``build/SEEDS.md``
 bench             ``make bench``: each phase timed against this machine's matmul roofline
+memory            training memory of each notebook's GPU recipe for Qwen3-0.6B/1.7B/4B: copies, activations, logits
 course            the notebook map and the English-Chinese glossary
 compat            CPU fallback for TRL 1.15's Triton-only log-prob kernel
 ================= ==========================================================

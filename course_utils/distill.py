@@ -10,6 +10,8 @@ PyTorch loop: the same cross-entropy on the teacher's answers, plus
 """
 from __future__ import annotations
 
+import math
+
 import time
 
 import torch
@@ -88,6 +90,14 @@ def answer_confidence(logits: torch.Tensor, mask: torch.Tensor, temperature: flo
     entropy = -(logp.exp() * logp).sum(-1)                                # (B, T-1)
     top1 = logp.exp().amax(-1)                                            # (B, T-1)
     return {"entropy": float(masked_mean(entropy, mask)), "top1": float(masked_mean(top1, mask))}
+
+
+def uniform_layer_map(student, teacher) -> dict[int, int]:
+    """Each student layer ``s`` (1..S) matched to teacher layer ``ceil(s * T / S)``: evenly spaced, the last to the
+    last (the course's 2-layer student and 4-layer teacher: ``{1: 2, 2: 4}``). Hidden-state indices as
+    ``output_hidden_states`` counts them (0 is the embedding output)."""
+    s_layers, t_layers = student.config.num_hidden_layers, teacher.config.num_hidden_layers
+    return {s: math.ceil(s * t_layers / s_layers) for s in range(1, s_layers + 1)}
 
 
 def train_hidden_matching(student, teacher, tokenizer, rows: list[dict], steps: int, learning_rate: float,

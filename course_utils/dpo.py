@@ -54,9 +54,13 @@ def self_generated_pairs(model, tokenizer, problems: list[dict], samples_per_pro
     wrong one as *rejected*. Problems whose answers are all right or all wrong teach
     nothing by contrast and give no pair.
 
+    A policy that is never right (a weak model of your own) gives no pair at all: then each problem's
+    reference demonstration (its ``"completion"``, where it has one) is *chosen* against the policy's first
+    wrong answer, and ``stats["reference_pairs"]`` counts those pairs (0 whenever the policy made a pair).
+
     Returns ``(rows, stats)``: rows as :func:`pair_row` dicts, and
-    ``{"problems", "samples", "sample_accuracy", "pairs", "all_right", "all_wrong"}``
-    (the last two are fractions of the problems).
+    ``{"problems", "samples", "sample_accuracy", "pairs", "all_right", "all_wrong", "reference_pairs"}``
+    (``all_right`` and ``all_wrong`` are fractions of the problems).
     """
     if samples_per_prompt < 2:
         raise ValueError("need at least 2 samples per prompt to form a pair")
@@ -73,9 +77,13 @@ def self_generated_pairs(model, tokenizer, problems: list[dict], samples_per_pro
         all_wrong += not right
         if right and wrong:
             rows.append(pair_row(problem["question"], right[0], wrong[0]))
+    if not rows and n_right == 0:
+        rows = [pair_row(p["question"], p["completion"], out.texts[i * samples_per_prompt])
+                for i, p in enumerate(problems) if "completion" in p]
     n = len(problems)
     stats = {"problems": n, "samples": n * samples_per_prompt, "sample_accuracy": n_right / (n * samples_per_prompt),
-             "pairs": len(rows), "all_right": all_right / n, "all_wrong": all_wrong / n}
+             "pairs": len(rows), "all_right": all_right / n, "all_wrong": all_wrong / n,
+             "reference_pairs": len(rows) if n_right == 0 else 0}
     return rows, stats
 
 

@@ -56,7 +56,8 @@ def changed_parameters(P, Params) -> list[str]:
 def calibrated(P, Params, profile) -> bool:
     """True where the check cell's thresholds were measured: the CPU profile with the course's own model and the
     parameters cell's defaults, at any seed."""
-    return profile.is_cpu and profile.model_id is None and not changed_parameters(P, Params)
+    return (profile.is_cpu and profile.model_id is None and profile.scale == "full"
+            and not changed_parameters(P, Params))
 
 
 def not_checked(P, Params, profile) -> str:
@@ -64,6 +65,8 @@ def not_checked(P, Params, profile) -> str:
     reasons = [] if profile.is_cpu else [f"the {profile.name} profile"]
     if profile.model_id is not None:
         reasons.append(f"the model {profile.model_id} (the thresholds are the course's tiny model's)")
+    if profile.scale != "full":
+        reasons.append(f"the {profile.scale} scale (steps and sizes cut: this run shows the code runs, no more)")
     changed = changed_parameters(P, Params)
     if changed:
         reasons.append("parameters changed from the defaults: " + ", ".join(changed))

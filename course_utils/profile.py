@@ -23,6 +23,8 @@ import torch
 
 DEFAULT_SEED = 1234
 PROFILES = ("auto", "cpu-tiny", "gpu")
+SCALES = ("full", "smoke")
+SMOKE_EVAL_SIZE = 200   # the smallest held-out set the evaluation accepts (evaluation.MIN_EVAL_SIZE)
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,9 @@ class Profile:
         threads: torch's intra-op threads, set by :func:`get_profile` (cpu-tiny: env
             ``COURSE_THREADS``, else 2 or fewer cores; the order of a float sum, and so the
             numbers, can move with it).
+        scale: ``"full"`` (the course) or ``"smoke"`` (env ``COURSE_SCALE``): every recipe's steps and sizes
+            cut to their ``SMOKE`` values, to see that a notebook *runs* on a model in minutes (the test
+            matrix); nothing a smoke run measures is a result, and its check cells never assert.
     """
 
     name: str
@@ -51,6 +56,7 @@ class Profile:
     eval_size: int = 300
     max_new_tokens: int = 48
     threads: int | None = None
+    scale: str = "full"
 
     @property
     def is_cpu(self) -> bool:
@@ -120,6 +126,14 @@ def resolve_threads(name: str) -> int:
     return min(2, os.cpu_count() or 1) if name == "cpu-tiny" else torch.get_num_threads()
 
 
+def resolve_scale(scale: str | None = None) -> str:
+    """``scale`` if given, else env ``COURSE_SCALE``, else ``"full"``."""
+    scale = scale or os.environ.get("COURSE_SCALE") or "full"
+    if scale not in SCALES:
+        raise ValueError(f"unknown scale {scale!r} (COURSE_SCALE); choose one of {SCALES}")
+    return scale
+
+
 def get_profile(name: str = "auto", *, model_id: str | None = None, seed: int | None = None,
                 **overrides) -> Profile:
     """Resolve a profile name to a :class:`Profile`.
@@ -131,7 +145,8 @@ def get_profile(name: str = "auto", *, model_id: str | None = None, seed: int | 
             code); default: env ``COURSE_MODEL``, else the course's tiny model on ``cpu-tiny`` and Qwen3-0.6B on
             ``gpu``. Its generation budget is measured from its tokenizer (``adapt.budget_for``).
         seed: override the seed (default: env ``COURSE_SEED`` or 1234).
-        overrides: any other :class:`Profile` field.
+        overrides: any other :class:`Profile` field (``scale`` defaults to env ``COURSE_SCALE``, else
+            ``"full"``; ``"smoke"`` also evaluates on the smallest held-out set allowed, 200 problems).
 
     Sets torch's thread count to the profile's ``threads``.
     """
@@ -154,6 +169,9 @@ def get_profile(name: str = "auto", *, model_id: str | None = None, seed: int | 
         budget = budget_for(model_id)
         prof = replace(prof, model_id=model_id,
                        max_new_tokens=budget if prof.is_cpu else max(prof.max_new_tokens, budget))
+    scale = resolve_scale(overrides.pop("scale", None))
+    if scale == "smoke":
+        prof = replace(prof, scale=scale, eval_size=SMOKE_EVAL_SIZE)
     prof = replace(prof, **overrides) if overrides else prof
     if prof.threads is None:
         prof = replace(prof, threads=resolve_threads(prof.name))

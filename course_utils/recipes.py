@@ -8,7 +8,9 @@ very same object, so a rebuilt checkpoint is trained exactly as the notebook tra
     recipe = recipe_for("sft", profile, steps=200)   # defaults for this profile, one field changed
     show(recipe)                                     # a table: field, value, meaning
 
-CPU values are the class defaults (measured on 2 cores). A recipe class's ``GPU``
+CPU values are the class defaults (measured on 2 cores). A recipe class's ``SMOKE`` mapping caps its steps and
+sizes on the ``smoke`` scale (env ``COURSE_SCALE=smoke``: the test matrix runs every notebook on other models in
+minutes to show the code runs; a notebook's own overrides are capped too). A recipe class's ``GPU``
 mapping holds the fields that differ on the ``gpu`` profile (a 0.6B hub model wants a
 far smaller learning rate and longer sequences than the course's 0.46M-parameter one).
 With a model of your own on a CPU (``COURSE_MODEL``), the learning rates follow the model and
@@ -48,6 +50,7 @@ class PretrainRecipe:
     """steps between validation-loss measurements"""
 
     GPU: ClassVar[dict] = {}
+    SMOKE: ClassVar[dict] = {"steps": 4, "eval_every": 2}
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ class SFTRecipe:
     """steps between those accuracy checks"""
 
     GPU: ClassVar[dict] = {"learning_rate": 2e-5, "max_length": 1024, "batch_size": 16}
+    SMOKE: ClassVar[dict] = {"steps": 4, "check_every": 2}
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,7 @@ class RewardRecipe:
     """longest chat in tokens"""
 
     GPU: ClassVar[dict] = {"learning_rate": 1e-5, "max_length": 1024, "batch_size": 16}
+    SMOKE: ClassVar[dict] = {"steps": 4}
 
 
 @dataclass(frozen=True)
@@ -139,6 +144,7 @@ class PPORecipe:
 
     GPU: ClassVar[dict] = {"learning_rate": 1e-6, "value_learning_rate": 1e-5, "max_new_tokens": 256,
                            "rollouts_per_step": 32, "minibatch_size": 8}
+    SMOKE: ClassVar[dict] = {"steps": 2, "rollouts_per_step": 8, "minibatch_size": 4}
 
 
 @dataclass(frozen=True)
@@ -173,6 +179,7 @@ class DPORecipe:
 
     GPU: ClassVar[dict] = {"learning_rate": 5e-7, "beta": 0.1, "batch_size": 8, "max_length": 1024,
                            "max_new_tokens": 256}
+    SMOKE: ClassVar[dict] = {"steps": 3, "batch_size": 4, "pair_prompts": 48, "samples_per_prompt": 2}
 
 
 @dataclass(frozen=True)
@@ -214,6 +221,7 @@ class GRPORecipe:
 
     GPU: ClassVar[dict] = {"learning_rate": 5e-6, "max_completion_length": 512, "prompts_per_step": 8,
                            "steps": 300}
+    SMOKE: ClassVar[dict] = {"steps": 2, "prompts_per_step": 2, "num_generations": 4, "train_problems": 64}
 
 
 @dataclass(frozen=True)
@@ -245,6 +253,8 @@ class R1Recipe:
 
     GPU: ClassVar[dict] = {"zero_steps": 300, "cold_start_problems": 2000, "cold_start_rows": 1000,
                            "reasoning_steps": 300, "rejection_problems": 2500, "rl2_steps": 100}
+    SMOKE: ClassVar[dict] = {"zero_steps": 2, "cold_start_problems": 16, "cold_start_rows": 16, "reasoning_steps": 2,
+                             "rejection_problems": 16, "sft2_steps": 3, "rl2_steps": 2}
 
 
 # The cold start (DeepSeek-R1's term): SFT on few demonstrations, so that RL has headroom.
@@ -296,6 +306,8 @@ class DistillRecipe:
 
     GPU: ClassVar[dict] = {"learning_rate": 2e-4, "compare_learning_rate": 5e-5, "max_new_tokens": 256,
                            "batch_size": 16}
+    SMOKE: ClassVar[dict] = {"prompts": 64, "seq_steps": 4, "seq_check_every": 2, "compare_steps": 3, "onpolicy_steps": 2,
+                             "final_steps": 3, "batch_size": 8}
 
 
 @dataclass(frozen=True)
@@ -345,6 +357,9 @@ class ScalingRecipe:
 
     GPU: ClassVar[dict] = {"samples": 32, "max_new_tokens": 256, "prm_learning_rate": 2e-5,
                            "grm_learning_rate": 2e-5, "batch_size": 16}
+    SMOKE: ClassVar[dict] = {"samples": 4, "paraphrases": 2, "prm_problems": 64, "prm_steps": 3, "grm_pairs": 32,
+                             "grm_steps": 3, "grm_k": 2, "grm_eval_pairs": 16, "meta_pairs": 16, "meta_steps": 2,
+                             "meta_keep": 2, "batch_size": 8}
 
 
 
@@ -391,6 +406,8 @@ class CapstoneRecipe:
     GPU: ClassVar[dict] = {"prime_learning_rate": 2e-4, "prime_batch_size": 4, "lora_r": 32, "steps": 60,
                            "prompts_per_step": 2, "num_generations": 4, "learning_rate": 2e-5,
                            "max_completion_length": 768, "optim": "adamw_8bit"}
+    SMOKE: ClassVar[dict] = {"prime_problems": 16, "prime_steps": 2, "steps": 2, "prompts_per_step": 2,
+                             "num_generations": 4, "train_problems": 64}
 
 
 DEFAULTS = {
@@ -423,7 +440,11 @@ def recipe_for(stage: str, profile: Profile, **overrides):
     if unknown:
         raise TypeError(f"{type(recipe).__name__} has no field(s) {sorted(unknown)}; "
                         f"fields: {[f.name for f in fields(recipe)]}")
-    return replace(recipe, **overrides) if overrides else recipe
+    recipe = replace(recipe, **overrides) if overrides else recipe
+    if profile.scale == "smoke":   # after the overrides: a notebook's longer run is cut as well
+        recipe = replace(recipe, **{k: min(getattr(recipe, k), v) for k, v in recipe.SMOKE.items()
+                                    if getattr(recipe, k) is not None})
+    return recipe
 
 
 @lru_cache(maxsize=None)

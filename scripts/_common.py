@@ -139,9 +139,27 @@ def train_dataset(script_args, course_rows: Callable[[str, int | None], list[dic
         return dataset if n is None else dataset.select(range(min(n, len(dataset))))
 
 
+def report_processes(trainer) -> None:
+    """After training: one line from every process, and the global batch once (from the main process).
+
+    Under ``accelerate launch`` each process runs this whole script on its own share of every batch, so one
+    optimizer step sees ``per_device_train_batch_size x gradient_accumulation_steps x processes`` rows (for
+    GRPO: completions). tests/test_scripts.py reads these lines to check that both ranks of a 2-process run trained.
+    """
+    from accelerate import PartialState
+    state, args = PartialState(), trainer.args
+    print(f"process {state.process_index} of {state.num_processes} ({state.distributed_type.value}, backend "
+          f"{state.backend}): {trainer.state.global_step} optimizer steps", flush=True)
+    if state.is_main_process:
+        per_device, accumulation = args.per_device_train_batch_size, args.gradient_accumulation_steps
+        print(f"global batch {per_device * accumulation * state.num_processes} = {per_device} per device x "
+              f"{accumulation} accumulation steps x {state.num_processes} processes", flush=True)
+
+
 def train_and_save(trainer, training_args) -> Path:
     """Train (resuming if asked), then save weights (safetensors) and tokenizer to ``output_dir``."""
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    report_processes(trainer)
     trainer.save_model(training_args.output_dir)
     trainer.accelerator.print(f"Model saved to {training_args.output_dir}")
     return Path(training_args.output_dir)

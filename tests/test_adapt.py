@@ -3,46 +3,24 @@ from pathlib import Path
 
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast,
-                          Qwen3Config, Qwen3ForCausalLM)
+from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from course_utils import adapt
 from course_utils.chat import chat_prompt, encode_chat
-from course_utils.data import load_jsonl, to_messages
+from course_utils.data import to_messages
+from course_utils.matrix import family_model, save_family_model
 from course_utils.modeling import train_tokenizer
 from course_utils.rewards import COURSE_TAGS, SEED_TAGS
-
-TEXTS = [r["question"] + " " + r["completion"].replace("<", " ").replace(">", " ")
-         for r in load_jsonl("arithmetic", "train")[:500]]
-
-
-def byte_bpe(special: list[str], vocab_size: int = 400) -> Tokenizer:
-    """A byte-level BPE that has never seen the course's tags as tokens (they are stripped from its texts)."""
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(TEXTS, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special,
-                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    return tok
 
 
 def llama_like():
     """Llama-style: byte-level BPE with <s>/</s>, no pad token, no chat template."""
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=byte_bpe(["<s>", "</s>"]), bos_token="<s>", eos_token="</s>")
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128)
-    torch.manual_seed(0)
-    return LlamaForCausalLM(config), tokenizer
+    return family_model("llama")
 
 
 def gpt2_like():
     """GPT-2-style: one <|endoftext|> token for BOS and EOS, no pad token, no template."""
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=byte_bpe(["<|endoftext|>"]), bos_token="<|endoftext|>",
-                                        eos_token="<|endoftext|>")
-    config = GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=1, n_head=2, n_positions=128)
-    torch.manual_seed(0)
-    return GPT2LMHeadModel(config), tokenizer
+    return family_model("gpt2")
 
 
 def test_a_base_model_without_pad_or_template_gets_both_and_whole_tags():
@@ -145,6 +123,9 @@ def test_what_cannot_be_adapted_says_what_is_missing():
 
 
 def test_the_budget_follows_the_tokenizer():
+    from transformers import PreTrainedTokenizerFast
+
+    from course_utils.matrix import byte_bpe
     _, coarse = llama_like()
     fine = PreTrainedTokenizerFast(tokenizer_object=byte_bpe(["</s>"], vocab_size=260), eos_token="</s>")
     assert adapt.answer_budget(fine) > adapt.answer_budget(coarse) >= 16
@@ -158,10 +139,7 @@ def test_your_own_model_from_a_folder_is_the_pretrain_stage_on_a_cpu(tmp_path, m
 
     from course_utils import experiment, stages
     from course_utils.profile import get_profile
-    model, tokenizer = llama_like()
-    folder = tmp_path / "my-llama"
-    model.save_pretrained(folder, safe_serialization=True)
-    tokenizer.save_pretrained(folder)
+    folder = save_family_model("llama", tmp_path / "my-llama")
     monkeypatch.setenv("COURSE_MODEL", str(folder))
     monkeypatch.setenv("COURSE_ARTIFACTS", str(tmp_path / "artifacts"))
     profile = get_profile("cpu-tiny")
@@ -185,3 +163,22 @@ def adapt_copy(folder):
     tokenizer = AutoTokenizer.from_pretrained(folder)
     adapt.adapt_tokenizer(tokenizer)
     return tokenizer
+
+
+def test_a_saved_adapted_tokenizer_reloads_padding_on_the_right(tmp_path):
+    """Found by the model matrix: a tokenizer without padding_side in its config reloaded on the direction its
+    backend last padded in (generation's left), and 03's reward model then scored a pad-side token."""
+    from transformers import AutoTokenizer
+
+    from course_utils.generation import eval_mode
+    model, tokenizer = llama_like()
+    tokenizer.padding_side = "left"
+    result = adapt.adapt(model, tokenizer)
+    assert tokenizer.padding_side == "right" and any("pads on the right" in c for c in result.changes)
+    with eval_mode(model, tokenizer, padding_side="left"):
+        tokenizer(["1 + 2", "10 + 20 = 30"], padding=True)
+    tokenizer.save_pretrained(tmp_path)
+    reloaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert reloaded.padding_side == "right"
+    ids = reloaded(["1 + 2", "10 + 20 = 30"], padding=True)["input_ids"]
+    assert ids[0][-1] == reloaded.pad_token_id and ids[0][0] != reloaded.pad_token_id

@@ -129,9 +129,16 @@ def test_self_generated_pairs_pair_a_right_answer_with_a_wrong_one(tokenizer, ti
     assert len(rows) == 1
     assert rows[0]["chosen"][0]["content"] == texts[0] and rows[0]["rejected"][0]["content"] == texts[1]
     assert stats == {"problems": 2, "samples": 4, "sample_accuracy": 0.25, "pairs": 1, "all_right": 0.0,
-                     "all_wrong": 0.5}
+                     "all_wrong": 0.5, "reference_pairs": 0}
     with pytest.raises(ValueError):
         dpo.self_generated_pairs(tiny_pair[0], tokenizer, problems, samples_per_prompt=1)
+    # a policy that is never right: each demonstration is chosen against the policy's first answer
+    texts[0] = "<think>1</think><answer>6</answer>"
+    problems = [dict(p, completion=f"<think>ref</think><answer>{p['answer']}</answer>") for p in problems]
+    rows, stats = dpo.self_generated_pairs(tiny_pair[0], tokenizer, problems, samples_per_prompt=2)
+    assert [(r["chosen"][0]["content"], r["rejected"][0]["content"]) for r in rows] == [
+        (problems[0]["completion"], texts[0]), (problems[1]["completion"], texts[2])]
+    assert stats["reference_pairs"] == stats["pairs"] == 2 and stats["sample_accuracy"] == 0.0
 
 
 # --------------------------------------------------------------------------- measuring a policy

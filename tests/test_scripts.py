@@ -2,6 +2,7 @@
 trains 2 steps on a CPU from a tiny model, so neither the recipes nor the scripts can rot unnoticed."""
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -116,19 +117,60 @@ STAGE_ARGS = {
 }
 
 
-@pytest.mark.parametrize("name", STAGES)
-def test_script_trains_two_steps_on_cpu(name, tiny_model, tmp_path):
+def _train_two_steps(launcher, name, tiny_model, tmp_path):
+    """Run scripts/<name>.py for 2 steps under ``launcher`` (a command prefix); returns its stdout.
+
+    Offline, one thread per process, CPU only even on a GPU machine, and temporary files (torchrun's logs,
+    torch's compile cache) under tmp_path, so a run writes nothing outside it."""
     extra, weights = STAGE_ARGS[name]
-    out = tmp_path / "out"
+    out, tmp = tmp_path / "out", tmp_path / "tmp"
+    tmp.mkdir()
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               HF_DATASETS_OFFLINE="1", CUDA_VISIBLE_DEVICES="")   # the CPU path, even on a GPU machine
-    cmd = [sys.executable, str(SCRIPTS / f"{name}.py"), "--config", str(RECIPES / f"{name}_qwen3.yaml"),
+               HF_DATASETS_OFFLINE="1", CUDA_VISIBLE_DEVICES="", TMPDIR=str(tmp))
+    cmd = [*launcher, str(SCRIPTS / f"{name}.py"), "--config", str(RECIPES / f"{name}_qwen3.yaml"),
            "--model_name_or_path", str(tiny_model), "--output_dir", str(out), *SMOKE_ARGS, *extra]
     run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "CPU fallback applied" in run.stdout
-    assert "train_runtime" in run.stdout                           # the Trainer's end-of-training summary
     assert (out / weights).is_file(), sorted(p.name for p in out.iterdir())
+    return run.stdout
+
+
+def _epoch(name, stdout, processes):
+    """The epoch in the Trainer's end-of-training summary, checked against the rows all processes together went
+    through: 2 steps x 2 rows per device x processes, of 8 rows (GRPO: of 8 prompts x 2 completions each)."""
+    summary = re.search(r"^\{'train_runtime'.*'epoch': '([0-9.]+)'\}$", stdout, re.MULTILINE)
+    assert summary, stdout[-3000:]
+    assert float(summary.group(1)) == 2 * 2 * processes / (8 * (2 if name == "grpo" else 1))
+
+
+@pytest.mark.parametrize("name", STAGES)
+def test_script_trains_two_steps_on_cpu(name, tiny_model, tmp_path):
+    _epoch(name, _train_two_steps([sys.executable], name, tiny_model, tmp_path), processes=1)
+
+
+# Not `accelerate launch --cpu --num_processes 2`: accelerate 1.15 hands --cpu to its simple launcher, which starts
+# ONE process and leaves starting the others to mpirun (--mpirun_hostfile). The DDP config's launcher, torchrun,
+# starts both; the scripts' use_cpu then makes accelerate choose MULTI_CPU with gloo where a GPU run gets NCCL.
+# --main_process_port 0: a free port. --tee 3 --log_dir: each process's stdout in a file of its own, since
+# lines that two processes print at once can cut into each other on a shared stdout.
+LAUNCH_TWO_CPU_PROCESSES = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+                            str(SCRIPTS / "accelerate" / "ddp.yaml"), "--num_processes", "2",
+                            "--mixed_precision", "no", "--main_process_port", "0", "--tee", "3"]
+
+
+@pytest.mark.parametrize("name", ["sft", "grpo"])
+def test_script_trains_two_steps_in_two_processes(name, tiny_model, tmp_path):
+    """scripts/accelerate/ddp.yaml through `accelerate launch`, 2 processes on the CPU: both ranks train."""
+    logs = tmp_path / "logs"
+    _train_two_steps([*LAUNCH_TWO_CPU_PROCESSES, "--log_dir", str(logs)], name, tiny_model, tmp_path)
+    stdout = {int(path.parent.name): path.read_text() for path in logs.rglob("stdout.log")}   # <run>/attempt_0/<rank>/
+    assert sorted(stdout) == [0, 1]
+    for rank, text in stdout.items():             # printed by every rank after training (scripts/_common.py)
+        assert f"process {rank} of 2 (MULTI_CPU, backend gloo): 2 optimizer steps\n" in text, text[-3000:]
+    assert "global batch 4 = 2 per device x 1 accumulation steps x 2 processes\n" in stdout[0]
+    # the Trainer's own count, not the script's: each rank went through its own share of the rows
+    _epoch(name, stdout[0], processes=2)
 
 
 def test_the_grpo_script_recipe_is_07s_gpu_recipe():
