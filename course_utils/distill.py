@@ -11,7 +11,6 @@ PyTorch loop: the same cross-entropy on the teacher's answers, plus
 from __future__ import annotations
 
 import math
-
 import time
 
 import torch

@@ -19,9 +19,9 @@ from .chat import chat_prompt
 from .data import everyday_sentences, load_jsonl, to_messages
 from .generation import eval_mode, generate, logps_under, sample_completions
 from .losses import completion_logps, kl_estimate, sft_loss
+from .profile import MIN_EVAL_SIZE
 from .rewards import extract_answer, extract_think, is_correct, is_well_formatted, parse_int
 
-MIN_EVAL_SIZE = 200
 FAILURE_KINDS = ("correct", "format error", "answer contradicts think", "wrong sum")
 
 

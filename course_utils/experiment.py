@@ -220,7 +220,8 @@ class Runs(dict):
         runs = {name: {k: _finite(v) for k, v in row.items() if _jsonable(v)} for name, row in self.items()}
         seconds = time.perf_counter() - self.started if seconds is None else seconds
         return results.record_results(notebook, metrics, seed=profile.seed, seconds=seconds, profile=profile.name,
-                                      extra={**(extra or {}), "runs": runs}, model=profile.model_id)
+                                      extra={**(extra or {}), "runs": runs}, model=profile.model_id,
+                                      scale=profile.scale)
 
 
 def logged(log_history: list[dict], key: str) -> tuple[list[int], list[float]]:

@@ -24,7 +24,7 @@ import torch
 DEFAULT_SEED = 1234
 PROFILES = ("auto", "cpu-tiny", "gpu")
 SCALES = ("full", "smoke")
-SMOKE_EVAL_SIZE = 200   # the smallest held-out set the evaluation accepts (evaluation.MIN_EVAL_SIZE)
+MIN_EVAL_SIZE = 200   # the smallest held-out set evaluation.heldout_problems accepts; the smoke scale evaluates on it
 
 
 @dataclass(frozen=True)
@@ -171,7 +171,7 @@ def get_profile(name: str = "auto", *, model_id: str | None = None, seed: int | 
                        max_new_tokens=budget if prof.is_cpu else max(prof.max_new_tokens, budget))
     scale = resolve_scale(overrides.pop("scale", None))
     if scale == "smoke":
-        prof = replace(prof, scale=scale, eval_size=SMOKE_EVAL_SIZE)
+        prof = replace(prof, scale=scale, eval_size=MIN_EVAL_SIZE)
     prof = replace(prof, **overrides) if overrides else prof
     if prof.threads is None:
         prof = replace(prof, threads=resolve_threads(prof.name))

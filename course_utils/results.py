@@ -45,11 +45,12 @@ def results_dir() -> Path:
 
 
 def record_results(notebook: str, metrics: dict, seed: int, seconds: float, profile: str = "cpu-tiny",
-                   extra: dict | None = None, model: str | None = None) -> Path:
+                   extra: dict | None = None, model: str | None = None, scale: str = "full") -> Path:
     """Write ``artifacts/results/<notebook>.json``; returns its path.
 
     ``metrics`` maps a name to ``{"before": x, "after": y}`` (finite numbers); ``model`` is the profile's base model
-    (None: the course's own), so that a notebook reading another's results reads those of the same run.
+    (None: the course's own) and ``scale`` its ``Profile.scale``, so that a notebook reading another's results reads
+    those of the same run.
     """
     clean = {}
     for name, pair in metrics.items():
@@ -60,7 +61,7 @@ def record_results(notebook: str, metrics: dict, seed: int, seconds: float, prof
             raise ValueError(f"metric {name!r} has a non-finite value: {vals}")
         clean[name] = vals
     record = {"notebook": notebook, "seed": int(seed), "seconds": round(float(seconds), 1),
-              "peak_ram_mb": round(peak_ram_mb(), 1), "profile": profile, "model": model,
+              "peak_ram_mb": round(peak_ram_mb(), 1), "profile": profile, "model": model, "scale": scale,
               "metrics": clean, "environment": environment_record()}   # Python's version is in the environment
     if extra:
         record["extra"] = extra
@@ -71,13 +72,14 @@ def record_results(notebook: str, metrics: dict, seed: int, seconds: float, prof
 
 def load_results(folder: str | Path | None = None, *, profile=None) -> list[dict]:
     """Every results record in ``folder`` (default ``artifacts/results``), by notebook; with ``profile``, only those
-    of the same run: its seed, profile name and base model (a record of another seed or model is not this run's)."""
+    of the same run: its seed, profile name, base model and scale (a record of another seed, model or a smoke run is not
+    this run's)."""
     folder = Path(folder) if folder is not None else results_dir()
     records = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))]
     if profile is None:
         return records
     return [r for r in records if r.get("seed") == profile.seed and r.get("profile") == profile.name
-            and r.get("model") == profile.model_id]
+            and r.get("model") == profile.model_id and r.get("scale", "full") == profile.scale]
 
 
 def results_markdown(records: list[dict], runner_stats: dict | None = None) -> str:

@@ -146,7 +146,7 @@ def test_plot_pipeline_says_which_notebooks_start_from_sft_cold():
     assert "05–08 start from" in texts and "sft_cold" in texts  # notebook 00's Step 2 says the same
 
 
-def test_load_results_of_this_run_skips_other_seeds_and_models(tmp_path, monkeypatch):
+def test_load_results_of_this_run_skips_other_seeds_models_and_scales(tmp_path, monkeypatch):
     from dataclasses import replace
 
     from course_utils.profile import get_profile
@@ -158,4 +158,7 @@ def test_load_results_of_this_run_skips_other_seeds_and_models(tmp_path, monkeyp
     results.record_results("07_grpo", pair, seed=1234, seconds=1.0, model="/models/mine")
     assert [r["notebook"] for r in results.load_results(profile=profile)] == ["05_ppo"]
     assert [r["notebook"] for r in results.load_results(profile=replace(profile, model_id="/models/mine"))] == ["07_grpo"]
-    assert len(results.load_results()) == 3
+    results.record_results("08_r1_pipeline", pair, seed=1234, seconds=1.0, scale="smoke")   # a smoke run, same folder
+    assert [r["notebook"] for r in results.load_results(profile=profile)] == ["05_ppo"]
+    assert [r["notebook"] for r in results.load_results(profile=replace(profile, scale="smoke"))] == ["08_r1_pipeline"]
+    assert len(results.load_results()) == 4
