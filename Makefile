@@ -49,8 +49,10 @@ comma := ,
 course: install
 	$(OFFLINE) $(PY) -m course_utils.runner
 
+# The unit tests and every notebook (nbval): notebooks 01-03 first, then two pytest streams side by side at one
+# torch thread each (course_utils/testrun.py says why and which). COURSE_TEST_STREAMS=1: one serial pytest run.
 test: install
-	@start=$$(date +%s); $(OFFLINE) $(PY) -m pytest; rc=$$?; echo "make test took $$(( $$(date +%s) - start )) s"; exit $$rc
+	@start=$$(date +%s); $(OFFLINE) $(PY) -m course_utils.testrun; rc=$$?; echo "make test took $$(( $$(date +%s) - start )) s"; exit $$rc
 
 # The course once per seed, each in its own artifacts/seeds/s<seed>/ and build/seeds/s<seed>/, then build/SEEDS.md:
 # every recorded metric per seed with its min-max and the environment (about 25 min per seed on 2 cores)

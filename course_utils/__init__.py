@@ -9,6 +9,7 @@ profile           run profiles (cpu-tiny / gpu), seeds, threads, CPU-safe traine
 recipes           one recipe object per stage: the single home of its knobs
 data              the tiny world: arithmetic problems, corpus, preference pairs, non-reasoning chats
 modeling          tokenizer training, tiny Qwen3 config, safetensors checkpoints
+adapt             another model's tokenizer made ready for the course: pad token, tags, template, budget
 training          trainer set-ups built from a recipe: pretraining, SFT, reward model, DPO, SimPO, GRPO
 stages            the stage table, one generic builder, ``load_stage``
 generation        eval mode, greedy generation, sampling with completion masks
@@ -30,7 +31,9 @@ plotting          figures; every function returns ``(fig, ax)``
 checks            ``compare`` from-scratch code with the library; ``show_source``
 results           per-notebook metrics -> ``build/RESULTS.md``; seconds against budgets
 runner            ``make course``: every notebook in a fresh kernel -> ``build/``
+testrun           ``make test``: notebooks 01-03, then two pytest streams side by side at one thread each
 seeds             ``make seeds``: the course once per seed -> ``build/SEEDS.md``
+matrix            ``make matrix``: notebooks 02-11 on two other model families, at the smoke scale
 bench             ``make bench``: each phase timed against this machine's matmul roofline
 memory            training memory of each notebook's GPU recipe for Qwen3-0.6B/1.7B/4B: copies, activations, logits
 course            the notebook map and the English-Chinese glossary

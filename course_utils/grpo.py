@@ -43,13 +43,15 @@ def batch_logps(model, batch: dict, temperature: float = 1.0) -> torch.Tensor:
     """Per-token log-probs ``(B, C)`` of a TRL generation batch's completions under ``model``.
 
     Joins ``prompt_ids``/``completion_ids`` (and their masks) as TRL's ``_compute_loss``
-    does and calls :func:`losses.completion_logps`; 0 on padding. Gradients flow unless
+    does and calls :func:`losses.completion_logps` with TRL's positions (``0 .. T-1``, left
+    padding included); 0 on padding. Gradients flow unless
     the caller wraps it in ``torch.no_grad()``.
     """
     ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
     attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
     completion_mask = torch.cat([torch.zeros_like(batch["prompt_mask"]), batch["completion_mask"]], 1)
-    return completion_logps(model, ids, attention, completion_mask, temperature)[:, -batch["completion_ids"].size(1):]
+    return completion_logps(model, ids, attention, completion_mask, temperature,   # TRL numbers positions 0..T-1
+                            positions="index")[:, -batch["completion_ids"].size(1):]
 
 
 class _Recorder:

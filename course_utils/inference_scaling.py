@@ -265,10 +265,12 @@ def prm_trainer(model, tokenizer, profile, rows: list[dict], output_dir: str | P
     """
     from datasets import Dataset
     from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments
+
+    from .training import log_every
     data = Dataset.from_list([encode_steps(tokenizer, r["question"], r["completion"], r["labels"]) for r in rows])
     args = TrainingArguments(output_dir=str(output_dir), **profile.trainer_kwargs(
         max_steps=steps, per_device_train_batch_size=batch_size, learning_rate=learning_rate,
-        lr_scheduler_type="cosine", warmup_steps=max(1, steps // 20), logging_steps=logging_steps))
+        lr_scheduler_type="cosine", warmup_steps=max(1, steps // 20), logging_steps=log_every(logging_steps, steps)))
     return Trainer(model=model, args=args, train_dataset=data,
                    data_collator=DataCollatorForTokenClassification(tokenizer))
 

@@ -86,8 +86,20 @@ def bradley_terry_loss(chosen_rewards: torch.Tensor, rejected_rewards: torch.Ten
     return -F.logsigmoid(chosen_rewards - rejected_rewards).mean()
 
 
+def mask_positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that count only attended tokens: ``cumsum(mask) - 1`` (``(B, T)``; 0 on leading padding).
+
+    ``generate``'s rule for left padding, and TRL's PPO's: a left-padded row's first real token is at
+    position 0, as it is when the row is run alone. Rotary embeddings (Qwen3, Llama) see only the
+    distance between two positions, so for them a row's offset changes nothing but rounding; learned
+    absolute positions (GPT-2) need it.
+    """
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
 def completion_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                     completion_mask: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+                     completion_mask: torch.Tensor, temperature: float = 1.0,
+                     positions: str = "mask") -> torch.Tensor:
     """Per-token log-probabilities of the completion tokens: ``(B, T)``, 0 at prompt and pad positions.
 
     .. math:: \\log \\pi_\\theta(x_t \\mid x_{<t}) \\text{ for every } t \\text{ with mask}_t = 1
@@ -98,11 +110,18 @@ def completion_logps(model, input_ids: torch.Tensor, attention_mask: torch.Tenso
     were sampled from) and gathers with :func:`selective_log_softmax`. Gradients flow
     unless the caller wraps it in ``torch.no_grad()``. This is the one place where
     the course turns a model's logits into per-token log-probs.
+
+    ``positions``: ``"mask"`` (default) numbers the attended tokens with :func:`mask_positions`, as
+    sampling did; ``"index"`` leaves the model's default ``0 .. T-1``, as TRL's ``GRPOTrainer`` computes
+    its log-probs (the same for a row without left padding).
     """
     if not (input_ids.shape == attention_mask.shape == completion_mask.shape):
         raise ValueError(f"input_ids {tuple(input_ids.shape)}, attention_mask {tuple(attention_mask.shape)} and "
                          f"completion_mask {tuple(completion_mask.shape)} must have the same (B, T) shape")
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]     # (B, T-1, V)
+    if positions not in ("mask", "index"):
+        raise ValueError(f"positions must be 'mask' or 'index', not {positions!r}")
+    extra = {"position_ids": mask_positions(attention_mask)} if positions == "mask" else {}
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, **extra).logits[:, :-1]   # (B, T-1, V)
     logits = logits.float() / temperature
     logps = selective_log_softmax(logits, input_ids[:, 1:])                               # (B, T-1)
     logps = logps * completion_mask[:, 1:].to(logps.dtype)

@@ -114,6 +114,19 @@ def build_model(tokenizer: PreTrainedTokenizerFast, seed: int, **config_kwargs) 
     return model
 
 
+def disable_dropout(*models: torch.nn.Module) -> None:
+    """Set every ``nn.Dropout`` of ``models`` to p = 0, as TRL's ``disable_dropout_in_model`` does.
+
+    RL compares log-probs of the same tokens computed twice (when sampled and when trained on):
+    with dropout active they differ at random and the ratio starts away from 1. The course's
+    Qwen3 has no dropout; a hub model may (GPT-2: 0.1).
+    """
+    for model in models:
+        for module in model.modules():
+            if isinstance(module, torch.nn.Dropout):
+                module.p = 0.0
+
+
 def count_parameters(model: torch.nn.Module) -> dict[str, int]:
     """Parameter counts: total (tied weights once), embedding, and the transformer body."""
     total = sum(p.numel() for p in model.parameters())

@@ -37,7 +37,8 @@ from tqdm.auto import trange
 from .chat import chat_prompt
 from .evaluation import score_completions
 from .generation import Completions, eos_token_ids, logps_under, sample_completions
-from .losses import (entropy_from_logits, gae, kl_estimate, masked_mean, masked_whiten,
+from .modeling import disable_dropout
+from .losses import (entropy_from_logits, gae, kl_estimate, mask_positions, masked_mean, masked_whiten,
                      ppo_policy_loss, ppo_value_loss, selective_log_softmax)
 from .recipes import PPORecipe
 from .rewards import accuracy_reward
@@ -62,8 +63,10 @@ class PolicyAndValue(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(logits (B, T, V), values (B, T))``."""
-        logits = self.policy(input_ids=input_ids, attention_mask=attention_mask).logits
-        hidden = self.critic_backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        positions = mask_positions(attention_mask)   # as sampling numbered them (and TRL's PPO)
+        logits = self.policy(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions).logits
+        hidden = self.critic_backbone(input_ids=input_ids, attention_mask=attention_mask,
+                                      position_ids=positions).last_hidden_state
         values = self.value_model.score(hidden).squeeze(-1)
         return logits, values.float()
 
@@ -94,7 +97,8 @@ def load_models(profile, start: str = "sft_cold"):
     The policy and the frozen reference are two copies of stage ``start``
     (:func:`stages.load_policy_and_reference`); the value model is the same backbone under
     a new one-output ``score`` head (TRL initialised it from the reward model instead; here
-    the verifier run has none). All three are float32, for the reason given there.
+    the verifier run has none). All three are float32, for the reason given there, and without
+    dropout (:func:`modeling.disable_dropout`, as TRL's PPO had it).
     """
     from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
@@ -108,6 +112,7 @@ def load_models(profile, start: str = "sft_cold"):
         value_model, _ = load_stage(start, profile, model_class=AutoModelForSequenceClassification, num_labels=1)
     finally:
         hf_logging.set_verbosity(verbosity)
+    disable_dropout(policy, reference, value_model)
     return policy, reference, value_model.float(), tokenizer
 
 

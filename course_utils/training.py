@@ -24,12 +24,22 @@ from .profile import Profile
 from .recipes import DistillRecipe, DPORecipe, GRPORecipe, PretrainRecipe, RewardRecipe, SFTRecipe
 
 
+def log_every(logging_steps: int, steps: int) -> int:
+    """``logging_steps``, but at most half of ``steps`` (at least 1), so a short run still logs twice.
+
+    A run of a few steps (the smoke scale's) logging every 10 would leave an empty log, and the
+    notebooks' curves and late-run means read it. The course's full-scale runs are long enough to
+    keep their own ``logging_steps``.
+    """
+    return max(1, min(logging_steps, steps // 2))
+
+
 def _schedule(recipe, logging_steps: int) -> dict:
     """The schedule every course recipe shares: 5% warm-up, then the recipe's decay."""
     scheduler = {"cosine": "cosine", "constant": "constant_with_warmup"}[recipe.schedule]
     return dict(max_steps=recipe.steps, per_device_train_batch_size=recipe.batch_size,
                 learning_rate=recipe.learning_rate, lr_scheduler_type=scheduler,
-                warmup_steps=max(1, recipe.steps // 20), logging_steps=logging_steps)
+                warmup_steps=max(1, recipe.steps // 20), logging_steps=log_every(logging_steps, recipe.steps))
 
 
 def pack_corpus(tokenizer, split: str, block_size: int = PretrainRecipe.block_size):
@@ -184,7 +194,9 @@ def grpo_trainer(model, tokenizer, profile: Profile, recipe: GRPORecipe, output_
     *completions*, so it is ``prompts_per_step * num_generations``. A reward function may
     be a reward model (``AutoModelForSequenceClassification``); pass its tokenizer in
     ``reward_processing_classes`` (one entry per reward function, None for plain functions).
-    ``config_overrides`` go to ``GRPOConfig`` (e.g. ``reward_weights=[1.0, 0.0]``).
+    ``config_overrides`` go to ``GRPOConfig`` (e.g. ``reward_weights=[1.0, 0.0]``). Dropout is
+    switched off (``disable_dropout=True``; TRL's default keeps it): the course's Qwen3 has none,
+    a hub model such as GPT-2 would otherwise score its own samples with noise.
     """
     from datasets import Dataset
     from trl import GRPOConfig
@@ -200,8 +212,8 @@ def grpo_trainer(model, tokenizer, profile: Profile, recipe: GRPORecipe, output_
         loss_type=recipe.loss_type, scale_rewards=recipe.scale_rewards, epsilon=recipe.epsilon,
         epsilon_high=recipe.epsilon_high, importance_sampling_level=recipe.importance_sampling_level,
         num_iterations=recipe.num_iterations, temperature=recipe.temperature,
-        max_completion_length=recipe.max_completion_length, logging_steps=logging_steps,
-        remove_unused_columns=False)
+        max_completion_length=recipe.max_completion_length, logging_steps=log_every(logging_steps, recipe.steps),
+        remove_unused_columns=False, disable_dropout=True)   # TRL's default keeps a hub model's dropout
     kwargs.update(config_overrides)
     args = GRPOConfig(output_dir=str(output_dir), **profile.trainer_kwargs(**kwargs))
     return grpo_trainer_class()(model=model, reward_funcs=list(reward_funcs), args=args,
@@ -284,7 +296,7 @@ def gkd_trainer(student, teacher, tokenizer, profile: Profile, recipe: DistillRe
         output_dir=str(output_dir),
         **profile.trainer_kwargs(max_steps=steps, per_device_train_batch_size=recipe.batch_size,
                                  learning_rate=learning_rate, lr_scheduler_type="cosine",
-                                 warmup_steps=max(1, steps // 20), logging_steps=logging_steps),
+                                 warmup_steps=max(1, steps // 20), logging_steps=log_every(logging_steps, steps)),
         lmbda=lmbda, beta=recipe.beta, temperature=temperature, max_new_tokens=recipe.max_new_tokens)
     return GKDTrainer(model=student, teacher_model=teacher, args=args, train_dataset=Dataset.from_list(train_rows),
                       processing_class=tokenizer)

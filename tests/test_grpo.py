@@ -134,6 +134,24 @@ def tiny_grpo(tokenizer, tmp_path_factory):
     return make
 
 
+def test_trl_grpo_parity_on_learned_positions_and_dropout(tmp_path):
+    """GPT-2 (learned positions, dropout 0.1): our log-probs number positions as TRL's GRPO does, dropout is off."""
+    from course_utils.adapt import adapt
+    from course_utils.data import load_jsonl
+    from course_utils.matrix import family_model
+    from course_utils.profile import get_profile
+    from course_utils.recipes import GRPORecipe
+    from course_utils.training import grpo_trainer
+    model, tokenizer = family_model("gpt2")
+    adapt(model, tokenizer)
+    recipe = replace(GRPORecipe(), steps=1, max_completion_length=12, num_generations=4, prompts_per_step=2)
+    trainer = grpo_trainer(model, tokenizer, get_profile("cpu-tiny", seed=0), recipe, tmp_path,
+                           grpo.grpo_rows(load_jsonl("arithmetic", "train")[:8]), [length_reward])
+    assert trainer.args.disable_dropout
+    ours, theirs = grpo.trl_parity(trainer, n_prompts=2, perturb=0.05)["logps"]
+    torch.testing.assert_close(ours, theirs.to(ours.dtype), rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("changes", [{}, {"beta": 0.0, "num_iterations": 2, "scale_rewards": "batch"},
                                      {"scale_rewards": "none", "epsilon_high": 0.28}])
 def test_trl_grpo_parity_on_its_own_batch(tiny_grpo, changes):

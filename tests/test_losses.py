@@ -90,6 +90,29 @@ def test_completion_logps_matches_a_loop_over_positions(tokenizer):
                 torch.testing.assert_close(got[b, t], want, atol=1e-5, rtol=1e-5)
 
 
+
+def test_mask_positions_count_attended_tokens():
+    from course_utils.losses import mask_positions
+    attn = torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1], [1, 1, 1, 0]])
+    assert mask_positions(attn).tolist() == [[0, 1, 2, 3], [0, 0, 0, 1], [0, 1, 2, 2]]
+
+
+def test_completion_logps_positions_on_learned_positions():
+    """GPT-2 has learned absolute positions: a left-padded row matches the row alone only with positions="mask"."""
+    from course_utils.losses import completion_logps
+    from course_utils.matrix import family_model
+    model, _ = family_model("gpt2")
+    model.eval()   # its dropout is 0.1
+    ids = torch.tensor([[0, 0, 50, 51, 52, 53]])
+    attn = torch.tensor([[0, 0, 1, 1, 1, 1]])
+    comp = torch.tensor([[0, 0, 0, 0, 1, 1]])
+    alone = completion_logps(model, ids[:, 2:], attn[:, 2:], comp[:, 2:])
+    torch.testing.assert_close(completion_logps(model, ids, attn, comp)[:, 2:], alone, atol=1e-5, rtol=1e-5)
+    shifted = completion_logps(model, ids, attn, comp, positions="index")[:, 2:]   # TRL's GRPO numbering
+    assert (shifted - alone).abs().max() > 1e-3
+    with pytest.raises(ValueError, match="positions"):
+        completion_logps(model, ids, attn, comp, positions="rope")
+
 # --------------------------------------------------------------------------- distillation (notebook 09)
 def _reference_soft_loss(student, teacher, temperature, mask):
     """Written out with explicit softmaxes and sums, in float64."""

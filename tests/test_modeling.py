@@ -71,3 +71,15 @@ def test_non_safetensors_checkpoint_is_refused(tmp_path):
         modeling.check_safetensors_dir(tmp_path / "pickled" / "pytorch_model.bin")
     with pytest.raises(FileNotFoundError):
         modeling.check_safetensors_dir(tmp_path / "absent")
+
+
+def test_disable_dropout_makes_training_mode_deterministic():
+    import torch
+    from course_utils.matrix import family_model
+    from course_utils.modeling import disable_dropout
+    model, _ = family_model("gpt2")   # dropout 0.1 in its config
+    model.train()
+    ids = torch.tensor([[5, 6, 7, 8]])
+    assert not torch.equal(model(input_ids=ids).logits, model(input_ids=ids).logits)
+    disable_dropout(model)
+    assert torch.equal(model(input_ids=ids).logits, model(input_ids=ids).logits)

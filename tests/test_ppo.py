@@ -246,3 +246,46 @@ def test_changed_answers_lists_only_the_answers_that_changed():
     assert ppo.changed_answers(before, before) == "0 of 3 greedy answers changed."
     with pytest.raises(ValueError, match="same problems"):
         ppo.changed_answers(before, after[::-1])
+
+
+def test_policy_and_value_on_learned_positions_match_sampling_and_trl_get_reward():
+    """GPT-2 (learned positions, dropout 0.1) with left-padded prompts: the training pass numbers positions as
+    sampling did (ratio 1 before any update) and as TRL's ``get_reward`` does (the same values)."""
+    import copy
+    import os
+
+    from transformers import AutoModelForSequenceClassification
+
+    from course_utils.adapt import adapt
+    from course_utils.matrix import family_model
+    from course_utils.modeling import disable_dropout
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from trl.experimental.utils import get_reward
+
+    policy, tokenizer = family_model("gpt2")
+    adapt(policy, tokenizer)
+    config = copy.deepcopy(policy.config)
+    config.num_labels, config.pad_token_id = 1, tokenizer.pad_token_id
+    value = AutoModelForSequenceClassification.from_config(config)
+    disable_dropout(policy, value)
+    model = ppo.PolicyAndValue(policy, value)
+    problems = [{"question": q, "answer": "0"} for q in ("What is 2 + 3?", "Ana has 12 apples and buys 30 more. "
+                                                          "How many apples does she have now?")]
+    torch.manual_seed(0)
+    probe = ppo.rollout(policy, tokenizer, problems, PPORecipe(samples_per_prompt=1, max_new_tokens=6))
+    assert (probe.attention_mask[:, 0] == 0).any()                    # a left-padded prompt: the case at stake
+    prompt_len = probe.prompt_ids.size(1)
+    query_responses = probe.input_ids.masked_fill(probe.attention_mask == 0, tokenizer.pad_token_id)
+    with torch.no_grad():
+        logps, values, _ = ppo.policy_value_forward(model, probe)
+        trl_values, _, _ = get_reward(value, query_responses, tokenizer.pad_token_id, prompt_len)
+    mask = probe.completion_mask.bool()
+    torch.testing.assert_close(values[mask], trl_values[:, prompt_len - 1:-1, 0][mask], atol=1e-4, rtol=1e-4)
+    for b in range(len(problems)):                   # each row alone, without its padding, as it was sampled
+        keep = probe.attention_mask[b].bool()
+        with torch.no_grad():
+            alone = torch.log_softmax(policy(input_ids=probe.input_ids[b][keep][None]).logits[0], -1)
+        for t in mask[b].nonzero().flatten().tolist():
+            k = int(keep[:prompt_len + t].sum())     # the token's index in the unpadded row
+            want = alone[k - 1, probe.input_ids[b, prompt_len + t]]
+            torch.testing.assert_close(logps[b, t], want, atol=1e-4, rtol=1e-4)

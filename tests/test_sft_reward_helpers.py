@@ -124,3 +124,10 @@ def test_hub_rows_reads_chat_and_preference_sets(tmp_path):
                    "rejected": [{"role": "assistant", "content": "31"}]}
     with pytest.raises(ValueError):
         training.hub_rows(str(prefs), "pairs")
+
+
+def test_log_every_keeps_a_short_run_logging():
+    from course_utils.training import log_every
+    assert log_every(10, 450) == 10 and log_every(5, 150) == 5     # the course's full-scale runs: unchanged
+    assert log_every(10, 3) == 1 and log_every(5, 2) == 1 and log_every(25, 1) == 1   # smoke runs log every step
+    assert log_every(10, 8) == 4                                    # at least twice in a short run

@@ -1,0 +1,44 @@
+"""pytest's top-level conftest: the notebooks' budget report, for every pytest run of this repository.
+
+At the end of a run that executed notebooks (nbval), the terminal summary prints each notebook's
+seconds against its budget (``results.budget_report``): a report, never a failure. Under
+``course_utils.testrun`` (``make test``, which runs the notebooks in several pytest processes) it
+writes them to the file ``COURSE_TEST_SECONDS`` names instead, and the driver prints one report over
+every part. It lives here, not in ``tests/conftest.py``, because a run given only notebooks does not
+load the conftest of ``tests/``.
+"""
+import json
+import os
+from collections import defaultdict
+from pathlib import Path
+
+
+class _NotebookBudgets:
+    """Sums each notebook's nbval item durations and prints the budget report at the end.
+
+    Registered once per run as the plugin "notebook-budgets".
+    """
+
+    def __init__(self):
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    def pytest_runtest_logreport(self, report):
+        path = report.nodeid.split("::")[0]
+        if path.endswith(".ipynb"):   # nbval: one item per cell; setup, call and teardown all count
+            self.seconds[Path(path).stem] += report.duration
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if not self.seconds:
+            return
+        if os.environ.get("COURSE_TEST_SECONDS"):   # part of course_utils.testrun: it reports over all parts
+            Path(os.environ["COURSE_TEST_SECONDS"]).write_text(json.dumps(dict(self.seconds)), encoding="utf-8")
+            return
+        from course_utils.bench import matmul_gflops
+        from course_utils.results import budget_report
+        terminalreporter.write_sep("=", "notebook budgets (a report, not a test)")
+        terminalreporter.write(budget_report(dict(self.seconds), matmul_gflops()))
+
+
+def pytest_configure(config):
+    if not config.pluginmanager.has_plugin("notebook-budgets"):
+        config.pluginmanager.register(_NotebookBudgets(), "notebook-budgets")

@@ -1,0 +1,127 @@
+"""``make test``: the unit tests and every notebook, two streams side by side where the notebooks allow it.
+
+A notebook of this course is mostly many small operations on a tiny model, so one torch thread
+does most of what two do (``make bench``: a training step runs about 1.6x slower on one thread,
+sampling barely slower), and two notebooks side by side at one thread each finish sooner than the
+same two one after the other at two threads. The plan:
+
+1. **Phase 1**, serially at the profile's threads (2 on the CPU): :data:`PHASE_1`, the notebooks
+   whose stages (``pretrain``, ``sft``, ``sft_cold``, ``reward``) every later notebook loads.
+2. **Phase 2**, two pytest processes side by side, each at one torch thread (``COURSE_THREADS=1``):
+   :data:`STREAM_A` in that order (08 reads 07's results), and stream B: the unit tests, then
+   every other notebook in order.
+
+Every notebook still runs in full, with its check cell; only the thread count differs from
+``make course``. One thread gives other rounding than two (the environment record of each
+results file names the count), so a check that holds on every seed holds here too; the numbers
+of a ``make test`` run are not those of ``build/``. ``COURSE_TEST_STREAMS=1`` runs everything
+serially at the profile's threads, as ``make test`` did before.
+
+Each stream writes its pytest output to ``build/test-logs/``; the driver prints both logs when
+both have ended, then one budget report over all notebooks, and exits non-zero if any part failed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .paths import repo_root
+
+PHASE_1 = ("01", "02", "03")
+"""notebooks run first, serially: they make the stages the others load"""
+STREAM_A = ("05", "07", "08")
+"""phase 2's first stream, in order (08 compares itself with 07's recorded results)"""
+
+
+def notebook_files(root: Path | None = None) -> list[Path]:
+    """Every notebook of ``notebooks/``, in course order."""
+    return sorted((root or repo_root()).joinpath("notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def plan(root: Path | None = None) -> tuple[list[str], list[str], list[str]]:
+    """``(phase 1, stream A, stream B)`` as pytest arguments: paths relative to the repository root.
+
+    Stream B holds the unit tests and every notebook neither in :data:`PHASE_1` nor in
+    :data:`STREAM_A`, so a new notebook is tested without an edit here.
+    """
+    by_number = {p.name[:2]: f"notebooks/{p.name}" for p in notebook_files(root)}
+    missing = [n for n in PHASE_1 + STREAM_A if n not in by_number]
+    if missing:
+        raise FileNotFoundError(f"testrun's plan names notebooks that do not exist: {missing}")
+    named = set(PHASE_1 + STREAM_A)
+    return ([by_number[n] for n in PHASE_1], [by_number[n] for n in STREAM_A],
+            ["tests"] + [path for n, path in by_number.items() if n not in named])
+
+
+def _pytest(args: list[str], env: dict, log: Path | None) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "pytest", *args]
+    if log is None:
+        return subprocess.Popen(cmd, env=env)
+    return subprocess.Popen(cmd, env=env, stdout=log.open("w", encoding="utf-8"), stderr=subprocess.STDOUT)
+
+
+def _seconds(paths: list[Path]) -> dict[str, float]:
+    seconds: dict[str, float] = {}
+    for path in paths:
+        if path.is_file():
+            seconds.update(json.loads(path.read_text(encoding="utf-8")))
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    root = repo_root()
+    extra = list(argv if argv is not None else sys.argv[1:])   # passed to every pytest call (e.g. -x)
+    logs = root / "build" / "test-logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    base_env = dict(os.environ)
+    if base_env.get("COURSE_TEST_STREAMS", "2") == "1":
+        return subprocess.call([sys.executable, "-m", "pytest", *extra], env=base_env)
+
+    phase_1, stream_a, stream_b = plan(root)
+    record = {name: logs / f"{name}-seconds.json" for name in ("phase1", "a", "b")}
+    for path in record.values():
+        path.unlink(missing_ok=True)
+
+    print(f"== phase 1, serially: {' '.join(phase_1)}", flush=True)
+    t0 = time.time()
+    rc = _pytest(phase_1 + extra, dict(base_env, COURSE_TEST_SECONDS=str(record["phase1"])), None).wait()
+    print(f"== phase 1 ended with exit code {rc} after {time.time() - t0:.0f} s", flush=True)
+    if rc != 0:
+        print("== phase 1 failed: phase 2 is not run (its notebooks load phase 1's stages)", flush=True)
+        return rc
+
+    one_thread = dict(base_env, COURSE_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    streams = {"a": stream_a, "b": stream_b}
+    print("== phase 2, side by side at one torch thread each:\n" +
+          "\n".join(f"   stream {k.upper()}: {' '.join(v)}" for k, v in streams.items()), flush=True)
+    t1 = time.time()
+    procs = {k: _pytest(v + extra, dict(one_thread, COURSE_TEST_SECONDS=str(record[k])), logs / f"stream-{k}.log")
+             for k, v in streams.items()}
+    codes, ended = {}, {}
+    while len(codes) < len(procs):
+        for k, proc in procs.items():
+            if k not in codes and proc.poll() is not None:
+                codes[k], ended[k] = proc.returncode, time.time() - t1
+                print(f"== stream {k.upper()} ended with exit code {codes[k]} after {ended[k]:.0f} s", flush=True)
+        time.sleep(2)
+    for k in procs:
+        print(f"\n== stream {k.upper()}'s output ({logs / f'stream-{k}.log'}):", flush=True)
+        print((logs / f"stream-{k}.log").read_text(encoding="utf-8", errors="replace"), flush=True)
+
+    from .bench import matmul_gflops
+    from .results import budget_report
+    print("== notebook budgets (a report, not a test). Phase 2's notebooks ran two at a time at one thread "
+          "each: their seconds are wall time while sharing the machine, not a notebook's own.", flush=True)
+    print(budget_report(_seconds(list(record.values())), matmul_gflops()), flush=True)
+    failed = [k.upper() for k, c in codes.items() if c != 0]
+    print(f"== phase 1 {t1 - t0:.0f} s, phase 2 {max(ended.values()):.0f} s; "
+          + (f"FAILED: stream {', '.join(failed)}" if failed else "every part passed"), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
