@@ -3,7 +3,7 @@
 One module per concern, in pipeline order:
 
 ================= ==========================================================
-paths             where data is read and artifacts are written
+paths             where data is read, notebooks found and artifacts written
 environment       what a run was measured in: package versions, CPU and instruction set, threads, commit
 profile           run profiles (cpu-tiny / gpu), seeds, threads, CPU-safe trainer args
 recipes           one recipe object per stage: the single home of its knobs

@@ -34,6 +34,8 @@ import os
 import torch
 import torch.nn.functional as F
 
+from .losses import mask_positions
+
 SUPPORTED_MODEL_TYPES = ("qwen3", "qwen2", "llama", "mistral")
 ENV_SWITCH = "COURSE_FAST_DECODE"  # "0" turns the fast path off (generate everywhere)
 
@@ -331,7 +333,7 @@ def decode(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, max_new_t
         return prompt_ids.new_full((b, 0), pad_id)
     dec = _Decoder(model, b, p + max_new_tokens)
     bias, prefill = attention_biases(prompt_mask, p + max_new_tokens, next(_base_causal_lm(model).parameters()).dtype)
-    positions = (prompt_mask.long().cumsum(1) - 1).clamp(min=0)                   # generate's rule
+    positions = mask_positions(prompt_mask)                                        # generate's rule
     logits = dec.forward(prompt_ids, positions, 0, prefill)
     next_pos = positions[:, -1] + 1
     eos = torch.tensor(eos_ids, device=device)

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from .paths import artifacts_root, repo_root
+from .paths import artifacts_root, notebook_files, repo_root
 
 FAMILIES = ("llama", "gpt2")
 MATRIX_NOTEBOOKS = ("02", "03", "04", "05", "06", "07", "08", "09", "10", "11")
@@ -101,7 +101,7 @@ class Cell:
 
 
 def notebook_path(number: str) -> Path:
-    matches = sorted((repo_root() / "notebooks").glob(f"{number}_*.ipynb"))
+    matches = [p for p in notebook_files() if p.name.startswith(f"{number}_")]
     if not matches:
         raise FileNotFoundError(f"no notebook numbered {number} in notebooks/")
     return matches[0]

@@ -17,6 +17,11 @@ def repo_root() -> Path | None:
     return root if (root / "notebooks").is_dir() and (root / "data").is_dir() else None
 
 
+def notebook_files(root: Path | None = None) -> list[Path]:
+    """Every numbered notebook of ``notebooks/`` (``NN_name.ipynb``), in course order."""
+    return sorted((root or repo_root()).joinpath("notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
 def data_dir(must_exist: bool = True) -> Path:
     """The folder holding the shipped ``*.jsonl`` files."""
     env = os.environ.get("COURSE_DATA")

@@ -37,9 +37,9 @@ from tqdm.auto import trange
 from .chat import chat_prompt
 from .evaluation import score_completions
 from .generation import Completions, eos_token_ids, logps_under, sample_completions
-from .modeling import disable_dropout
 from .losses import (entropy_from_logits, gae, kl_estimate, mask_positions, masked_mean, masked_whiten,
                      ppo_policy_loss, ppo_value_loss, selective_log_softmax)
+from .modeling import disable_dropout
 from .recipes import PPORecipe
 from .rewards import accuracy_reward
 

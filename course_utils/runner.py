@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from .paths import repo_root
+from .paths import notebook_files, repo_root
 from .results import budget_report, load_results, results_dir, results_markdown
 
 
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.one:
         execute_one(Path(args.one), Path(args.out), args.timeout)
         return 0
-    notebooks = [Path(p) for p in args.notebooks] or sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    notebooks = [Path(p) for p in args.notebooks] or notebook_files(root)
     missing = [str(p) for p in notebooks if not p.is_file()]
     if missing:
         parser.error(f"no such notebook: {missing}")

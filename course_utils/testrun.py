@@ -29,17 +29,12 @@ import sys
 import time
 from pathlib import Path
 
-from .paths import repo_root
+from .paths import notebook_files, repo_root
 
 PHASE_1 = ("01", "02", "03")
 """notebooks run first, serially: they make the stages the others load"""
 STREAM_A = ("05", "07", "08")
 """phase 2's first stream, in order (08 compares itself with 07's recorded results)"""
-
-
-def notebook_files(root: Path | None = None) -> list[Path]:
-    """Every notebook of ``notebooks/``, in course order."""
-    return sorted((root or repo_root()).joinpath("notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
 def plan(root: Path | None = None) -> tuple[list[str], list[str], list[str]]:

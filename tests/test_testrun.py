@@ -3,7 +3,7 @@ import json
 import re
 
 from course_utils import testrun
-from course_utils.paths import repo_root
+from course_utils.paths import notebook_files, repo_root
 from course_utils.stages import STAGES
 
 
@@ -14,7 +14,7 @@ def _number(path: str) -> str:
 def test_the_plan_runs_every_notebook_once_and_the_unit_tests():
     phase_1, stream_a, stream_b = testrun.plan()
     planned = [_number(p) for p in phase_1 + stream_a + stream_b if p.startswith("notebooks/")]
-    assert sorted(planned) == [p.name[:2] for p in testrun.notebook_files()]
+    assert sorted(planned) == [p.name[:2] for p in notebook_files()]
     assert len(planned) == len(set(planned))
     assert stream_b[0] == "tests" and "tests" not in phase_1 + stream_a
 
@@ -24,7 +24,7 @@ def test_every_stage_a_notebook_loads_is_made_in_phase_1():
     phase_1 = [_number(p) for p in testrun.plan()[0]]
     for stage in STAGES.values():
         assert stage.notebook in phase_1, stage
-    for path in testrun.notebook_files():
+    for path in notebook_files():
         text = "".join("".join(c["source"]) for c in json.loads(path.read_text(encoding="utf-8"))["cells"])
         for name in re.findall(r'load_stage\("(\w+)"', text):
             assert STAGES[name].notebook in phase_1 or STAGES[name].notebook == path.name[:2], (path.name, name)
