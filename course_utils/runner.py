@@ -1,7 +1,11 @@
 """Execute the whole course headless and write ``build/``.
 
 ``python -m course_utils.runner`` (what ``make course`` calls) runs every notebook
-of ``notebooks/`` in order, each in a fresh kernel, and writes:
+of ``notebooks/``, each in a fresh kernel, in the plan of ``make test`` (:mod:`course_utils.testrun`):
+01-03 in turn at the profile's threads, then two streams side by side at one torch thread each
+(05, 07, 08 in one, the rest in the other), which on 2 cores finishes sooner than all in turn.
+``--streams 1`` (or env ``COURSE_STREAMS=1``) runs every notebook in turn; so does a run of
+notebooks that leaves nothing to put side by side (one notebook, say). It writes:
 
 * ``build/notebooks/NN_name.ipynb`` and ``build/html/NN_name.html`` — executed copies;
 * ``build/RESULTS.md`` — every notebook's before/after metrics, wall seconds and peak RAM,
@@ -16,14 +20,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .paths import notebook_files, repo_root
 from .results import budget_report, load_results, results_dir, results_markdown
+from .testrun import one_thread_env, split
 
 
 def execute_one(notebook: Path, out_dir: Path, timeout: int) -> None:
@@ -47,29 +55,63 @@ def execute_one(notebook: Path, out_dir: Path, timeout: int) -> None:
     print(json.dumps({"peak_ram_mb": round(kernel_peak_kib / 1024, 1)}))
 
 
-def run_course(notebooks: list[Path], out_dir: Path, timeout: int) -> int:
+def _run_one(nb: Path, out_dir: Path, timeout: int, env: dict | None, say) -> dict | None:
+    """Run ``nb`` in a child process (``--one``); return its wall seconds and kernel peak RAM, None if it failed.
+
+    The runner's measurements are added to the notebook's results file."""
+    t0 = time.time()
+    proc = subprocess.run([sys.executable, "-m", "course_utils.runner", "--one", str(nb),
+                           "--out", str(out_dir), "--timeout", str(timeout)],
+                          capture_output=True, text=True, env=env)
+    seconds = time.time() - t0
+    if proc.returncode != 0:
+        say(f"== {nb.name} FAILED after {seconds:.0f} s\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+        return None
+    peak = json.loads(proc.stdout.strip().splitlines()[-1])["peak_ram_mb"]
+    stats = {"seconds": round(seconds, 1), "peak_ram_mb": peak}
+    say(f"== {nb.name} ok in {seconds:.0f} s, kernel peak RAM {peak:.0f} MiB")
+    result_file = results_dir() / f"{nb.stem}.json"
+    if result_file.exists():  # add the runner's own measurements to the notebook's record
+        record = json.loads(result_file.read_text(encoding="utf-8"))
+        record["runner"] = stats
+        record["peak_ram_mb"] = peak
+        result_file.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return stats
+
+
+def run_course(notebooks: list[Path], out_dir: Path, timeout: int, streams: int = 1) -> int:
+    """Run ``notebooks``; ``streams=2``: in :func:`testrun.split`'s plan, phase 2 two at a time at one thread each."""
     stats, failed = {}, []
-    for nb in notebooks:
-        print(f"== {nb.name}", flush=True)
-        t0 = time.time()
-        proc = subprocess.run([sys.executable, "-m", "course_utils.runner", "--one", str(nb),
-                               "--out", str(out_dir), "--timeout", str(timeout)],
-                              capture_output=True, text=True)
-        seconds = time.time() - t0
-        if proc.returncode != 0:
-            failed.append(nb.name)
-            print(proc.stdout[-2000:], proc.stderr[-4000:], sep="\n")
-            print(f"   FAILED after {seconds:.0f} s", flush=True)
-            continue
-        peak = json.loads(proc.stdout.strip().splitlines()[-1])["peak_ram_mb"]
-        stats[nb.stem] = {"seconds": round(seconds, 1), "peak_ram_mb": peak}
-        print(f"   ok in {seconds:.0f} s, kernel peak RAM {peak:.0f} MiB", flush=True)
-        result_file = results_dir() / f"{nb.stem}.json"
-        if result_file.exists():  # add the runner's own measurements to the notebook's record
-            record = json.loads(result_file.read_text(encoding="utf-8"))
-            record["runner"] = stats[nb.stem]
-            record["peak_ram_mb"] = peak
-            result_file.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    lock = threading.Lock()
+
+    def say(text: str) -> None:
+        with lock:
+            print(text, flush=True)
+
+    def run_list(paths: list[Path], env: dict | None) -> None:
+        for nb in paths:
+            say(f"== {nb.name} started")
+            result = _run_one(nb, out_dir, timeout, env, say)
+            with lock:
+                if result is None:
+                    failed.append(nb.name)
+                else:
+                    stats[nb.stem] = result
+
+    t0 = time.time()
+    phase_1, stream_a, stream_b = split(notebooks)
+    if streams != 2 or not (stream_a and stream_b):   # nothing to run side by side: all in turn, as given
+        phase_1, stream_a, stream_b = notebooks, [], []
+    run_list(phase_1, None)
+    if stream_a or stream_b:
+        say(f"== phase 1 took {time.time() - t0:.0f} s; phase 2, side by side at one torch thread each:\n"
+            f"   stream A: {' '.join(p.stem for p in stream_a)}\n   stream B: {' '.join(p.stem for p in stream_b)}")
+        one_thread = one_thread_env(dict(os.environ))
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            for job in [pool.submit(run_list, paths, one_thread) for paths in (stream_a, stream_b)]:
+                job.result()
+    say(f"== the course took {time.time() - t0:.0f} s")
+    stats = dict(sorted(stats.items()))
     ran = {nb.stem for nb in notebooks}
     records = [r for r in load_results() if r["notebook"] in ran]
     report = results_markdown(records, stats)
@@ -77,6 +119,9 @@ def run_course(notebooks: list[Path], out_dir: Path, timeout: int) -> int:
     report += "".join(f"| {k} | {v['seconds']:.0f} | {v['peak_ram_mb']:.0f} |\n" for k, v in stats.items())
     from .bench import matmul_gflops
     budgets = budget_report({k: v["seconds"] for k, v in stats.items()}, matmul_gflops())
+    if stream_a:
+        budgets = ("Phase 2's notebooks ran two at a time at one thread each: their seconds are wall time while "
+                   "sharing the machine, not a notebook's own.\n\n" + budgets)
     report += "\n" + budgets
     print(budgets)
     if failed:
@@ -93,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("notebooks", nargs="*", help="notebooks to run (default: all, in order)")
     parser.add_argument("--out", default=str(root / "build"))
     parser.add_argument("--timeout", type=int, default=1200, help="seconds per cell")
+    parser.add_argument("--streams", type=int, choices=(1, 2), default=int(os.environ.get("COURSE_STREAMS", "2")),
+                        help="2 (default, env COURSE_STREAMS): 01-03 first, then two notebooks at a time at one "
+                             "thread each (course_utils.testrun's plan); 1: every notebook in turn")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one notebook in this process
     args = parser.parse_args(argv)
     if args.one:
@@ -102,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     missing = [str(p) for p in notebooks if not p.is_file()]
     if missing:
         parser.error(f"no such notebook: {missing}")
-    return run_course(notebooks, Path(args.out), args.timeout)
+    return run_course(notebooks, Path(args.out), args.timeout, args.streams)
 
 
 if __name__ == "__main__":

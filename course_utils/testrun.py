@@ -34,7 +34,10 @@ from .paths import notebook_files, repo_root
 PHASE_1 = ("01", "02", "03")
 """notebooks run first, serially: they make the stages the others load"""
 STREAM_A = ("05", "07", "08")
-"""phase 2's first stream, in order (08 compares itself with 07's recorded results)"""
+"""phase 2's first stream, in order: 08 compares itself with 07's recorded results, and 07's section 8 with 05's
+and 06's (06, in stream B, has ended by then: on a 2-core Xeon at seed 11, 17 minutes into phase 2, against 07's
+section 8 at 24; a results file that is not there yet is left out of the table, never an error). It is also the
+longest chain, so the other stream needs no order of its own."""
 
 
 def plan(root: Path | None = None) -> tuple[list[str], list[str], list[str]]:
@@ -43,13 +46,27 @@ def plan(root: Path | None = None) -> tuple[list[str], list[str], list[str]]:
     Stream B holds the unit tests and every notebook neither in :data:`PHASE_1` nor in
     :data:`STREAM_A`, so a new notebook is tested without an edit here.
     """
-    by_number = {p.name[:2]: f"notebooks/{p.name}" for p in notebook_files(root)}
-    missing = [n for n in PHASE_1 + STREAM_A if n not in by_number]
+    notebooks = notebook_files(root)
+    missing = [n for n in PHASE_1 + STREAM_A if n not in {p.name[:2] for p in notebooks}]
     if missing:
         raise FileNotFoundError(f"testrun's plan names notebooks that do not exist: {missing}")
+    phase_1, stream_a, stream_b = split(notebooks)
+    as_args = lambda paths: [f"notebooks/{p.name}" for p in paths]
+    return as_args(phase_1), as_args(stream_a), ["tests"] + as_args(stream_b)
+
+
+def split(notebooks: list[Path]) -> tuple[list[Path], list[Path], list[Path]]:
+    """``notebooks`` as ``(phase 1, stream A, stream B)``: those of :data:`PHASE_1`, those of :data:`STREAM_A`
+    (both in their order there), and the rest in the order given. ``make test`` and ``make course`` share it."""
+    by_number = {p.name[:2]: p for p in notebooks}
     named = set(PHASE_1 + STREAM_A)
-    return ([by_number[n] for n in PHASE_1], [by_number[n] for n in STREAM_A],
-            ["tests"] + [path for n, path in by_number.items() if n not in named])
+    return ([by_number[n] for n in PHASE_1 if n in by_number], [by_number[n] for n in STREAM_A if n in by_number],
+            [p for p in notebooks if p.name[:2] not in named])
+
+
+def one_thread_env(env: dict) -> dict:
+    """``env`` with one torch (and OpenMP, MKL) thread: phase 2's setting, in ``make test`` and ``make course``."""
+    return dict(env, COURSE_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
 
 
 def _pytest(args: list[str], env: dict, log: Path | None) -> subprocess.Popen:
@@ -89,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         print("== phase 1 failed: phase 2 is not run (its notebooks load phase 1's stages)", flush=True)
         return rc
 
-    one_thread = dict(base_env, COURSE_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    one_thread = one_thread_env(base_env)
     streams = {"a": stream_a, "b": stream_b}
     print("== phase 2, side by side at one torch thread each:\n" +
           "\n".join(f"   stream {k.upper()}: {' '.join(v)}" for k, v in streams.items()), flush=True)

@@ -1,4 +1,5 @@
 """DPO and its family: the losses against independent computations and TRL, pairs, implicit rewards."""
+import copy
 import math
 from types import SimpleNamespace
 
@@ -95,6 +96,29 @@ def test_trl_dpo_trainer_loss_parity(tokenizer, tiny_pair, tmp_path, loss_type):
     assert out["policy_chosen"].shape == (3,)
     assert not torch.equal(out["policy_chosen"], out["ref_chosen"])   # two different models: a real test
     torch.testing.assert_close(out["ours"], out["trl"], rtol=1e-5, atol=1e-5)
+
+
+def test_precomputed_reference_logps_train_exactly_as_scoring_at_every_step(tokenizer, tiny_pair, tmp_path):
+    """training.dpo_trainer scores the reference once up front: every logged number equals TRL's per-step scoring."""
+    from dataclasses import replace
+
+    from course_utils.profile import get_profile, seed_everything
+    from course_utils.recipes import DPORecipe
+    from course_utils.training import dpo_trainer
+    policy, reference = tiny_pair
+    recipe = replace(DPORecipe(), steps=3, batch_size=2, learning_rate=1e-3)
+    logs = {}
+    for precompute in (True, False):
+        seed_everything(0)
+        trainer = dpo_trainer(copy.deepcopy(policy), reference, tokenizer, get_profile("cpu-tiny", seed=0), recipe,
+                              tmp_path / str(precompute), _pairs() * 2, logging_steps=1,
+                              precompute_reference=precompute)
+        assert trainer.precompute_ref_logps is precompute
+        trainer.train()
+        logs[precompute] = [{k: v for k, v in h.items() if k.startswith(("loss", "rewards/", "logps/"))}
+                            for h in trainer.state.log_history if "loss" in h]
+    assert len(logs[True]) == 3 and logs[True][-1]["rewards/margins"] != 0   # it trained: the rewards moved
+    assert logs[True] == logs[False]
 
 
 def test_pair_logps_and_implicit_reward_accuracy(tokenizer, tiny_pair):

@@ -49,3 +49,49 @@ def test_a_plan_naming_a_missing_notebook_is_refused(tmp_path):
 
 def test_the_makefile_runs_the_driver():
     assert "-m course_utils.testrun" in (repo_root() / "Makefile").read_text(encoding="utf-8")
+
+
+def _fake_runner(monkeypatch, tmp_path):
+    """course_utils.runner with each notebook's run replaced by a record of (name, threads, start, end)."""
+    import time
+
+    from course_utils import runner
+    calls = []
+
+    def run_one(nb, out_dir, timeout, env, say):
+        start = time.time()
+        time.sleep(0.2)
+        calls.append((nb.name[:2], None if env is None else env["COURSE_THREADS"], start, time.time()))
+        return {"seconds": 0.2, "peak_ram_mb": 1.0}
+
+    monkeypatch.setattr(runner, "_run_one", run_one)
+    monkeypatch.setattr(runner, "load_results", lambda: [])
+    monkeypatch.setattr("course_utils.bench.matmul_gflops", lambda: 70.0)
+    return runner, calls
+
+
+def test_make_course_runs_phase_1_first_then_two_streams_at_one_thread(monkeypatch, tmp_path):
+    runner, calls = _fake_runner(monkeypatch, tmp_path)
+    notebooks = notebook_files()
+    assert runner.run_course(notebooks, tmp_path / "build", timeout=10, streams=2) == 0
+    phase_1 = [c for c in calls if c[0] in testrun.PHASE_1]
+    later = [c for c in calls if c[0] not in testrun.PHASE_1]
+    assert [c[0] for c in phase_1] == list(testrun.PHASE_1) and all(c[1] is None for c in phase_1)
+    assert sorted(c[0] for c in calls) == [p.name[:2] for p in notebooks]          # every notebook once
+    assert min(c[2] for c in later) >= max(c[3] for c in phase_1)                 # phase 2 after phase 1
+    assert all(c[1] == "1" for c in later)                                         # at one thread each
+    a = [c for c in later if c[0] in testrun.STREAM_A]
+    b = [c for c in later if c[0] not in testrun.STREAM_A]
+    assert [c[0] for c in a] == list(testrun.STREAM_A)                              # in order: 08 after 07
+    assert a[0][2] < b[0][3] and b[0][2] < a[0][3]                                  # side by side
+    assert "two at a time" in (tmp_path / "build" / "RESULTS.md").read_text(encoding="utf-8")
+
+
+def test_make_course_with_one_stream_or_one_notebook_runs_them_in_turn(monkeypatch, tmp_path):
+    runner, calls = _fake_runner(monkeypatch, tmp_path)
+    notebooks = notebook_files()
+    runner.run_course(notebooks, tmp_path / "serial", timeout=10, streams=1)
+    assert [c[0] for c in calls] == [p.name[:2] for p in notebooks] and {c[1] for c in calls} == {None}
+    calls.clear()
+    runner.run_course([n for n in notebooks if n.name.startswith("06")], tmp_path / "one", timeout=10, streams=2)
+    assert [(c[0], c[1]) for c in calls] == [("06", None)]                       # alone: the profile's threads
