@@ -5,7 +5,8 @@ of ``notebooks/``, each in a fresh kernel, in the plan of ``make test`` (:mod:`c
 01-03 in turn at the profile's threads, then two streams side by side at one torch thread each
 (05, 07, 08 in one, the rest in the other), which on 2 cores finishes sooner than all in turn.
 ``--streams 1`` (or env ``COURSE_STREAMS=1``) runs every notebook in turn; so does a run of
-notebooks that leaves nothing to put side by side (one notebook, say). It writes:
+notebooks that leaves nothing to put side by side (one notebook, say), and so does a machine with
+a GPU unless told otherwise (two hub models would share its memory). It writes:
 
 * ``build/notebooks/NN_name.ipynb`` and ``build/html/NN_name.html`` — executed copies;
 * ``build/RESULTS.md`` — every notebook's before/after metrics, wall seconds and peak RAM,
@@ -31,7 +32,7 @@ from pathlib import Path
 
 from .paths import notebook_files, repo_root
 from .results import budget_report, load_results, results_dir, results_markdown
-from .testrun import one_thread_env, split
+from .testrun import default_streams, one_thread_env, split
 
 
 def execute_one(notebook: Path, out_dir: Path, timeout: int) -> None:
@@ -138,9 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("notebooks", nargs="*", help="notebooks to run (default: all, in order)")
     parser.add_argument("--out", default=str(root / "build"))
     parser.add_argument("--timeout", type=int, default=1200, help="seconds per cell")
-    parser.add_argument("--streams", type=int, choices=(1, 2), default=int(os.environ.get("COURSE_STREAMS", "2")),
-                        help="2 (default, env COURSE_STREAMS): 01-03 first, then two notebooks at a time at one "
-                             "thread each (course_utils.testrun's plan); 1: every notebook in turn")
+    parser.add_argument("--streams", type=int, choices=(1, 2), default=None,
+                        help="2: 01-03 first, then two notebooks at a time at one thread each (course_utils.testrun's "
+                             "plan); 1: every notebook in turn. Default: env COURSE_STREAMS, else 2 without a GPU "
+                             "and 1 with one")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one notebook in this process
     args = parser.parse_args(argv)
     if args.one:
@@ -150,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     missing = [str(p) for p in notebooks if not p.is_file()]
     if missing:
         parser.error(f"no such notebook: {missing}")
-    return run_course(notebooks, Path(args.out), args.timeout, args.streams)
+    streams = args.streams if args.streams is not None else default_streams("COURSE_STREAMS")
+    return run_course(notebooks, Path(args.out), args.timeout, streams)
 
 
 if __name__ == "__main__":

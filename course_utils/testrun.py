@@ -11,11 +11,12 @@ same two one after the other at two threads. The plan:
    :data:`STREAM_A` in that order (08 reads 07's results), and stream B: the unit tests, then
    every other notebook in order.
 
-Every notebook still runs in full, with its check cell; only the thread count differs from
-``make course``. One thread gives other rounding than two (the environment record of each
-results file names the count), so a check that holds on every seed holds here too; the numbers
-of a ``make test`` run are not those of ``build/``. ``COURSE_TEST_STREAMS=1`` runs everything
-serially at the profile's threads, as ``make test`` did before.
+Every notebook still runs in full, with its check cell. ``make course`` (:mod:`course_utils.runner`)
+runs the same plan, so both give the same numbers; one thread rounds differently from two (the
+environment record of each results file names the count), so a notebook run alone at two threads
+can differ a little, and a check that holds on every seed holds either way. ``COURSE_TEST_STREAMS=1``
+runs everything serially at the profile's threads, as ``make test`` did before; with a GPU that is
+the default (:func:`default_streams`).
 
 Each stream writes its pytest output to ``build/test-logs/``; the driver prints both logs when
 both have ended, then one budget report over all notebooks, and exits non-zero if any part failed.
@@ -64,6 +65,19 @@ def split(notebooks: list[Path]) -> tuple[list[Path], list[Path], list[Path]]:
             [p for p in notebooks if p.name[:2] not in named])
 
 
+def default_streams(env_var: str) -> int:
+    """``env_var``'s value (1 or 2) if set; else 2 on a machine without a GPU and 1 with one: two notebooks side by
+    side gain on a CPU, where most of a notebook's time is per-operation overhead, but on one GPU they would hold two
+    hub models in its memory at once."""
+    value = os.environ.get(env_var)
+    if value is not None:
+        if value not in ("1", "2"):
+            raise ValueError(f"{env_var} must be 1 or 2, got {value!r}")
+        return int(value)
+    import torch
+    return 1 if torch.cuda.is_available() else 2
+
+
 def one_thread_env(env: dict) -> dict:
     """``env`` with one torch (and OpenMP, MKL) thread: phase 2's setting, in ``make test`` and ``make course``."""
     return dict(env, COURSE_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
@@ -90,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     logs = root / "build" / "test-logs"
     logs.mkdir(parents=True, exist_ok=True)
     base_env = dict(os.environ)
-    if base_env.get("COURSE_TEST_STREAMS", "2") == "1":
+    if default_streams("COURSE_TEST_STREAMS") == 1:
         return subprocess.call([sys.executable, "-m", "pytest", *extra], env=base_env)
 
     phase_1, stream_a, stream_b = plan(root)

@@ -95,3 +95,21 @@ def test_make_course_with_one_stream_or_one_notebook_runs_them_in_turn(monkeypat
     calls.clear()
     runner.run_course([n for n in notebooks if n.name.startswith("06")], tmp_path / "one", timeout=10, streams=2)
     assert [(c[0], c[1]) for c in calls] == [("06", None)]                       # alone: the profile's threads
+
+
+def test_two_streams_by_default_on_a_cpu_one_with_a_gpu_or_when_told(monkeypatch):
+    import torch
+    monkeypatch.delenv("COURSE_STREAMS", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert testrun.default_streams("COURSE_STREAMS") == 2
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert testrun.default_streams("COURSE_STREAMS") == 1
+    monkeypatch.setenv("COURSE_STREAMS", "2")
+    assert testrun.default_streams("COURSE_STREAMS") == 2
+    monkeypatch.setenv("COURSE_STREAMS", "3")
+    try:
+        testrun.default_streams("COURSE_STREAMS")
+    except ValueError as e:
+        assert "COURSE_STREAMS" in str(e)
+    else:
+        raise AssertionError("COURSE_STREAMS=3 was accepted")
