@@ -290,7 +290,7 @@ class DistillRecipe:
     compare_learning_rate: float = 1e-3
     """peak learning rate of every run that starts from the shared start (cosine)"""
     onpolicy_steps: int = 50
-    """on-policy GKD steps from the shared start (each samples from the student: 2-3.5x an off-policy GKD step)"""
+    """on-policy GKD steps from the shared start (each samples from the student first: dearer than an off-policy step)"""
     onpolicy_temperature: float = 0.5
     """student sampling temperature in on-policy GKD (a trial at 1.0 lost accuracy: 53% -> 21% at seed 1234)"""
     beta: float = 0.0

@@ -162,4 +162,8 @@ def train_and_save(trainer, training_args) -> Path:
     report_processes(trainer)
     trainer.save_model(training_args.output_dir)
     trainer.accelerator.print(f"Model saved to {training_args.output_dir}")
+    # every process waits here, then the process group is torn down: a rank that exits with gloo's threads still
+    # running can abort ("terminate called without an active exception") and fail the launch
+    trainer.accelerator.wait_for_everyone()
+    trainer.accelerator.end_training()
     return Path(training_args.output_dir)
