@@ -5,7 +5,7 @@ Three families, each a few small functions:
 * **Many answers, one pick** — :func:`majority_vote` (self-consistency),
   :func:`best_of_n` (the highest score of a reward model wins),
   :func:`weighted_vote`, and :func:`paraphrase_questions`, which asks the same sum in
-  other words so that the answers' mistakes stop agreeing. :func:`curve` turns a
+  other words and with its operands swapped, so that the answers' mistakes stop agreeing. :func:`curve` turns a
   ``(problems, N)`` table of answers into accuracy at ``N = 1, 2, 4, ...``
   (``evaluation.wilson_interval`` gives each point its 95% interval); :func:`at_n` and
   :func:`at_n_columns` put a curve into an ``experiment.Runs`` log and its tables.
@@ -110,16 +110,24 @@ def answers_of(completions: list[str]) -> list[int | None]:
     return [parse_int(extract_answer(c)) for c in completions]
 
 
-def paraphrase_questions(problem: dict, n: int, rng: random.Random) -> list[str]:
+def paraphrase_questions(problem: dict, n: int, rng: random.Random, swap_operands: bool = True) -> list[str]:
     """``n`` wordings of the same sum: every question template once (in random order), then at random.
 
-    Names and things are drawn afresh, so no two wordings need be the same text. This is
-    the course's stand-in for prompt ensembles: more samples whose mistakes disagree.
+    Names and things are drawn afresh, so no two wordings need be the same text. With
+    ``swap_operands`` every second wording asks ``b + a`` instead of ``a + b`` (the same sum):
+    the tiny model's commonest mistake is misreading a digit of the question, and which digit it
+    misreads depends on where the number stands far more than on the words around it, so the
+    swapped wordings disagree with the others where rewording alone does not (notebook 10
+    measures both). This is the course's stand-in for prompt ensembles: more answers whose
+    mistakes disagree.
     """
     order = rng.sample(range(len(QUESTION_TEMPLATES)), len(QUESTION_TEMPLATES))
     picks = [order[i] if i < len(order) else rng.randrange(len(QUESTION_TEMPLATES)) for i in range(n)]
-    return [QUESTION_TEMPLATES[t].format(n=rng.choice(NAMES), a=problem["a"], b=problem["b"], t=rng.choice(THINGS))
-            for t in picks]
+    wordings = []
+    for i, t in enumerate(picks):
+        a, b = (problem["b"], problem["a"]) if swap_operands and i % 2 == 1 else (problem["a"], problem["b"])
+        wordings.append(QUESTION_TEMPLATES[t].format(n=rng.choice(NAMES), a=a, b=b, t=rng.choice(THINGS)))
+    return wordings
 
 
 # --------------------------------------------------------------------------- process rewards

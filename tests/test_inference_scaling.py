@@ -46,13 +46,21 @@ def test_wilson_interval_contains_the_estimate_and_stays_in_0_1():
         evaluation.wilson_interval(1, 0)
 
 
-def test_paraphrases_use_every_template_and_keep_the_numbers():
-    p = data.load_jsonl("arithmetic", "test", n=1)[0]
+def test_paraphrases_use_every_template_and_swap_every_second_pair_of_operands():
+    p = next(r for r in data.load_jsonl("arithmetic", "test")                 # neither number inside the other
+             if str(r["a"]) not in str(r["b"]) and str(r["b"]) not in str(r["a"]))
+    a, b = str(p["a"]), str(p["b"])
     qs = scaling.paraphrase_questions(p, 8, random.Random(0))
     assert len(qs) == 8
-    assert all(str(p["a"]) in q and str(p["b"]) in q for q in qs)
-    stems = {q.split(str(p["a"]))[0][-6:] for q in qs[:len(data.QUESTION_TEMPLATES)]}
+    assert all(a in q and b in q for q in qs)
+    first = ["a" if q.index(a) < q.index(b) else "b" for q in qs]     # which operand each wording states first
+    assert first == ["a", "b"] * 4
+    stems = {q.replace(a, "#").replace(b, "#").split("#")[0] for q in qs[:len(data.QUESTION_TEMPLATES)]}
     assert len(stems) >= 4                                               # the first six are the six templates
+    plain = scaling.paraphrase_questions(p, 8, random.Random(0), swap_operands=False)
+    assert all(q.index(a) < q.index(b) for q in plain)
+    # the same draws either way: a swapped wording is the plain one with the two numbers exchanged
+    assert [q.replace(a, "#").replace(b, "#") for q in qs] == [q.replace(a, "#").replace(b, "#") for q in plain]
 
 
 # --------------------------------------------------------------------------- steps and the PRM

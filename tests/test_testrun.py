@@ -113,3 +113,13 @@ def test_two_streams_by_default_on_a_cpu_one_with_a_gpu_or_when_told(monkeypatch
         assert "COURSE_STREAMS" in str(e)
     else:
         raise AssertionError("COURSE_STREAMS=3 was accepted")
+
+
+def test_the_runner_makes_relative_folder_variables_absolute(tmp_path, monkeypatch):
+    """Kernels run in notebooks/: a relative COURSE_ARTIFACTS must mean the folder where the runner was started."""
+    from course_utils.runner import absolute_path_env
+    monkeypatch.chdir(tmp_path)
+    env = {"COURSE_ARTIFACTS": "artifacts/seeds/s7", "COURSE_DATA": "/already/absolute", "OTHER": "x/y"}
+    absolute_path_env(env)
+    assert env == {"COURSE_ARTIFACTS": str(tmp_path / "artifacts" / "seeds" / "s7"), "COURSE_DATA": "/already/absolute",
+                   "OTHER": "x/y"}
