@@ -79,8 +79,8 @@ NOTEBOOKS = [
                  "logit (GKD, off- and on-policy) and hidden-state distillation", 3),
     NotebookInfo("10", "inference_scaling", "Inference-time scaling", "Inference scaling",
                  "spending compute at test time: pass@N, majority vote, best-of-N with a reward model, votes over "
-                 "paraphrases, a process reward model in miniature, a DeepSeek-GRM-style generative judge with a meta RM",
-                 4),
+                 "paraphrases, a process reward model in miniature, a DeepSeek-GRM-style generative judge with a meta RM, "
+                 "and whether writing principles before its verdict helps", 4),
     NotebookInfo("11", "qwen3_grpo_unsloth_vllm", "Qwen3 GRPO with unsloth and vLLM", "Qwen3 GRPO (GPU)",
                  "the seed's recipe completed: unsloth + vLLM on a GPU (the tiny Qwen3 with TRL + PEFT on a CPU), "
                  "reasoning-tag template, format priming, GRPO on the seed's rewards, API drift, scripts and "

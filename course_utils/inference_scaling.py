@@ -5,7 +5,8 @@ Three families, each a few small functions:
 * **Many answers, one pick** — :func:`majority_vote` (self-consistency),
   :func:`best_of_n` (the highest score of a reward model wins),
   :func:`weighted_vote`, and :func:`paraphrase_questions`, which asks the same sum in
-  other words and with its operands swapped, so that the answers' mistakes stop agreeing. :func:`curve` turns a
+  other words and with its operands swapped, so that the answers' mistakes stop agreeing
+  (:func:`vote_over_wordings` answers the wordings and votes). :func:`curve` turns a
   ``(problems, N)`` table of answers into accuracy at ``N = 1, 2, 4, ...``
   (``evaluation.wilson_interval`` gives each point its 95% interval); :func:`at_n` and
   :func:`at_n_columns` put a curve into an ``experiment.Runs`` log and its tables.
@@ -17,9 +18,10 @@ Three families, each a few small functions:
   probability per step, and :func:`prm_beam_search` searches step by step with it.
 * **A generative reward model, DeepSeek-GRM style** — :func:`grm_critique` writes the
   principled critique and verdict the judge learns to write, :func:`grm_judgements`
-  samples ``k`` of them per answer, :func:`verdict_scores` turns them into scores with
-  or without a meta reward model's filter, :func:`pair_judgement_accuracy` scores a
-  judge on preference pairs, :func:`meta_rm_rows` builds (right critique, wrong
+  samples ``k`` of them per answer (``GRM_STYLES``: with principles, with the check alone, or a bare verdict),
+  :func:`verdict_scores` turns them into scores with or without a meta reward model's filter,
+  :func:`pair_judgement_accuracy` and :func:`judgement_curve` score a judge on preference pairs,
+  :func:`verdict_rates` its single critiques, :func:`meta_rm_rows` builds (right critique, wrong
   critique) pairs for the meta reward model and :func:`meta_rm_scores` scores every
   critique with it.
 """
@@ -28,6 +30,7 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +40,7 @@ from .data import ANSWER_CLOSE, ANSWER_OPEN, QUESTION_TEMPLATES, NAMES, THINGS, 
     column_steps, format_completion, to_messages
 from .chat import chat_prompt
 from .evaluation import score_completions, think_conclusion
-from .generation import eval_mode, sample_completions
+from .generation import eval_mode, generate, sample_completions
 from .rewards import extract_answer, extract_think, is_well_formatted, parse_int
 
 NS = (1, 2, 4, 8, 16, 32)
@@ -116,10 +119,9 @@ def paraphrase_questions(problem: dict, n: int, rng: random.Random, swap_operand
     Names and things are drawn afresh, so no two wordings need be the same text. With
     ``swap_operands`` every second wording asks ``b + a`` instead of ``a + b`` (the same sum):
     the tiny model's commonest mistake is misreading a digit of the question, and which digit it
-    misreads depends on where the number stands far more than on the words around it, so the
-    swapped wordings disagree with the others where rewording alone does not (notebook 10
-    measures both). This is the course's stand-in for prompt ensembles: more answers whose
-    mistakes disagree.
+    misreads depends on where the number stands, so the swapped wordings' mistakes disagree with the
+    others' more often than those of rewording alone (notebook 10 measures both, and :func:`vote_over_wordings`
+    votes over either). This is the course's stand-in for prompt ensembles: more answers whose mistakes disagree.
     """
     order = rng.sample(range(len(QUESTION_TEMPLATES)), len(QUESTION_TEMPLATES))
     picks = [order[i] if i < len(order) else rng.randrange(len(QUESTION_TEMPLATES)) for i in range(n)]
@@ -128,6 +130,35 @@ def paraphrase_questions(problem: dict, n: int, rng: random.Random, swap_operand
         a, b = (problem["b"], problem["a"]) if swap_operands and i % 2 == 1 else (problem["a"], problem["b"])
         wordings.append(QUESTION_TEMPLATES[t].format(n=rng.choice(NAMES), a=a, b=b, t=rng.choice(THINGS)))
     return wordings
+
+
+@dataclass(frozen=True)
+class WordingVote:
+    """The greedy answers to several wordings of each question, and the vote over them.
+
+    ``curve``: accuracy of the majority vote over the first ``N`` wordings (:func:`curve`); ``right``: a
+    ``(problems, wordings)`` boolean array, each wording's own answer right or not; ``texts``: the completions, the
+    wordings of problem 0 first.
+    """
+    curve: dict[int, float]
+    right: np.ndarray
+    texts: list[str]
+
+
+def vote_over_wordings(policy, tokenizer, wordings: list[list[str]], truth: list[int], max_new_tokens: int,
+                       batch_size: int = 512) -> WordingVote:
+    """Answer every wording of every question greedily (``wordings``: one list of ``N`` per problem, as
+    :func:`paraphrase_questions` writes them) and vote over each problem's answers; ``truth``: the right sums."""
+    if len(wordings) != len(truth):
+        raise ValueError(f"{len(wordings)} problems' wordings but {len(truth)} right answers")
+    n = len(wordings[0]) if wordings else 0
+    if any(len(w) != n for w in wordings):
+        raise ValueError("every problem needs the same number of wordings")
+    texts = generate(policy, tokenizer, [chat_prompt(tokenizer, q) for qs in wordings for q in qs],
+                     max_new_tokens=max_new_tokens, batch_size=batch_size)
+    answers = [answers_of(texts[i * n:(i + 1) * n]) for i in range(len(wordings))]
+    right = np.array([[a == t for a in row] for row, t in zip(answers, truth)], dtype=bool).reshape(len(wordings), n)
+    return WordingVote(curve(answers, truth, majority_vote), right, texts)
 
 
 # --------------------------------------------------------------------------- process rewards
@@ -376,29 +407,46 @@ def grm_question(question: str, completion: str) -> str:
     return f"Judge the answer.\n{question}\n{completion}"
 
 
-def grm_critique(completion: str) -> str:
-    """The critique a judge should write: what it checked, then a verdict, in the course's tags.
+GRM_STYLES = ("verdict", "critique", "principles")
+"""What a judge writes before its verdict (:func:`grm_critique`): nothing, the check, or principles and their checks."""
+GRM_MAX_NEW_TOKENS = {"verdict": 8, "critique": 18, "principles": 32}
+"""Enough new tokens for each style's longest judgement (three-digit numbers) and the end of text."""
 
-    DeepSeek-GRM writes principles, then a critique against them, then a score. Our two
-    principles are fixed (the tags are in order; the answer equals the working's
-    result), so the critique is the check itself: ``<think>58 and 61</think>`` (the
-    working's result and the answer, side by side) or ``<think>tags</think>`` when
-    the tags are broken, then ``<answer>good</answer>`` or ``<answer>bad</answer>``.
+
+def grm_critique(completion: str, style: str = "critique") -> str:
+    """The judgement a judge should write about ``completion``: what it checked, then a verdict, in the course's tags.
+
+    DeepSeek-GRM writes principles, then a critique against them, then a score. Ours has two fixed principles (the
+    tags are in order; the answer equals the working's result), and ``style`` says how much of that is written out:
+
+    * ``"critique"`` (the notebook's judge): the check itself, ``<think>58 and 61</think>`` (the working's result and
+      the answer, side by side) or ``<think>tags</think>`` when the tags are broken, then ``<answer>good</answer>`` or
+      ``<answer>bad</answer>``;
+    * ``"principles"``: each principle named before its check, ``<think>tags: ok; sum: 58 and 61</think>`` or
+      ``<think>tags: broken</think>``, then the verdict;
+    * ``"verdict"``: the verdict alone, ``<answer>bad</answer>``: nothing written before it.
     """
+    if style not in GRM_STYLES:
+        raise ValueError(f"unknown judgement style {style!r}: one of {GRM_STYLES}")
     if not is_well_formatted(completion):
-        return f"{THINK_OPEN}tags{THINK_CLOSE}{ANSWER_OPEN}bad{ANSWER_CLOSE}"
-    worked, answered = think_conclusion(completion), parse_int(extract_answer(completion))
-    good = worked is not None and worked == answered
-    return f"{THINK_OPEN}{worked} and {answered}{THINK_CLOSE}{ANSWER_OPEN}{'good' if good else 'bad'}{ANSWER_CLOSE}"
+        good, check = False, {"critique": "tags", "principles": "tags: broken"}.get(style)
+    else:
+        worked, answered = think_conclusion(completion), parse_int(extract_answer(completion))
+        good = worked is not None and worked == answered
+        check = {"critique": f"{worked} and {answered}",
+                 "principles": f"tags: ok; sum: {worked} and {answered}"}.get(style)
+    verdict = f"{ANSWER_OPEN}{'good' if good else 'bad'}{ANSWER_CLOSE}"
+    return verdict if check is None else f"{THINK_OPEN}{check}{THINK_CLOSE}{verdict}"
 
 
-def grm_rows(preference_rows: list[dict]) -> list[dict]:
-    """SFT chats that teach the judge: one per chosen and one per rejected answer (flat ``prompt/chosen/rejected`` rows)."""
+def grm_rows(preference_rows: list[dict], style: str = "critique") -> list[dict]:
+    """SFT chats that teach the judge: one per chosen and one per rejected answer (flat ``prompt/chosen/rejected``
+    rows), the judgement written in ``style`` (:func:`grm_critique`)."""
     rows = []
     for r in preference_rows:
         for answer in (r["chosen"], r["rejected"]):
             rows.append({"messages": to_messages(grm_question(r["prompt"], answer)) +
-                         [{"role": "assistant", "content": grm_critique(answer)}]})
+                         [{"role": "assistant", "content": grm_critique(answer, style)}]})
     return rows
 
 
@@ -432,6 +480,28 @@ def verdict_scores(critiques: list[list[str]], k: int, meta_scores=None, keep: i
             verdicts = [verdicts[j] for j in order]
         scores.append(float(np.mean(verdicts)))
     return np.array(scores)
+
+
+def verdict_rates(crit_chosen: list[list[str]], crit_rejected: list[list[str]]) -> dict[str, float]:
+    """How usable single judgements are: the share with a readable verdict, and the share whose verdict is right
+    (``good`` for a chosen answer, ``bad`` for a rejected one), over every critique of both lists."""
+    verdicts = [(parse_verdict(c), want) for crits, want in ((crit_chosen, 1.0), (crit_rejected, 0.0))
+                for row in crits for c in row]
+    if not verdicts:
+        raise ValueError("no critiques to rate")
+    return {"readable_rate": float(np.mean([v is not None for v, _ in verdicts])),
+            "right_verdict_rate": float(np.mean([v == want for v, want in verdicts]))}
+
+
+def judgement_curve(crit_chosen: list[list[str]], crit_rejected: list[list[str]], ks, meta_chosen=None,
+                    meta_rejected=None, keep: int | None = None) -> dict[int, float]:
+    """Pair accuracy of the vote over each answer's first ``k`` critiques, for each ``k`` in ``ks``
+    (:func:`verdict_scores`, :func:`pair_judgement_accuracy`); with the meta RM's scores, only its best
+    ``min(k, keep)`` critiques vote."""
+    def scores(crits, meta, k):
+        return verdict_scores(crits, k, meta, None if meta is None else min(k, keep))
+    return {k: pair_judgement_accuracy(scores(crit_chosen, meta_chosen, k), scores(crit_rejected, meta_rejected, k))
+            for k in ks}
 
 
 def meta_rm_scores(meta, tokenizer, questions: list[str], completions: list[str], critiques: list[list[str]],

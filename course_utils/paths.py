@@ -4,6 +4,10 @@
 * ``artifacts/`` holds everything a run writes (override: env ``COURSE_ARTIFACTS``);
   each notebook writes only under ``artifacts/<notebook>/`` and its results file
   ``artifacts/results/<notebook>.json``. Deleting ``artifacts/`` is always safe.
+
+A relative folder in either variable is taken from the repository root, wherever the process runs: a kernel runs in
+``notebooks/``, so ``COURSE_ARTIFACTS=artifacts/seeds/s7`` taken from there would be a fresh, empty
+``notebooks/artifacts/seeds/s7`` and every stage would be rebuilt into it.
 """
 from __future__ import annotations
 
@@ -22,11 +26,20 @@ def notebook_files(root: Path | None = None) -> list[Path]:
     return sorted((root or repo_root()).joinpath("notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
+def _folder(env_var: str, default: str) -> Path:
+    """The folder env ``env_var`` names (a relative one from the repository root), else ``default`` there.
+
+    Outside a course checkout "the repository root" is the current directory.
+    """
+    base = repo_root() or Path.cwd()
+    value = os.environ.get(env_var)
+    path = Path(value).expanduser() if value else Path(default)
+    return path if path.is_absolute() else base / path
+
+
 def data_dir(must_exist: bool = True) -> Path:
     """The folder holding the shipped ``*.jsonl`` files."""
-    env = os.environ.get("COURSE_DATA")
-    root = repo_root()
-    path = Path(env) if env else (root / "data" if root else Path.cwd() / "data")
+    path = _folder("COURSE_DATA", "data")
     if must_exist and not path.is_dir():
         raise FileNotFoundError(
             f"course data folder {path} not found; set COURSE_DATA or run from a course checkout")
@@ -35,9 +48,7 @@ def data_dir(must_exist: bool = True) -> Path:
 
 def artifacts_root() -> Path:
     """Root of everything the course writes (created on demand)."""
-    env = os.environ.get("COURSE_ARTIFACTS")
-    root = repo_root()
-    path = Path(env) if env else (root / "artifacts" if root else Path.cwd() / "artifacts")
+    path = _folder("COURSE_ARTIFACTS", "artifacts")
     path.mkdir(parents=True, exist_ok=True)
     return path
 

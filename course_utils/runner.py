@@ -133,22 +133,6 @@ def run_course(notebooks: list[Path], out_dir: Path, timeout: int, streams: int 
     return 1 if failed else 0
 
 
-PATH_ENV = ("COURSE_ARTIFACTS", "COURSE_DATA")
-"""env variables that name folders (course_utils.paths)"""
-
-
-def absolute_path_env(env) -> None:
-    """Make each relative folder of :data:`PATH_ENV` in ``env`` absolute, from the current directory.
-
-    A kernel runs in ``notebooks/``; ``COURSE_ARTIFACTS=artifacts/seeds/s7`` typed at the repository root would
-    otherwise mean ``notebooks/artifacts/seeds/s7`` there: a fresh, empty folder, and every stage rebuilt into it.
-    """
-    for name in PATH_ENV:
-        value = env.get(name)
-        if value and not Path(value).expanduser().is_absolute():
-            env[name] = str(Path(value).expanduser().resolve())
-
-
 def main(argv: list[str] | None = None) -> int:
     root = repo_root() or Path.cwd()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -161,7 +145,6 @@ def main(argv: list[str] | None = None) -> int:
                              "and 1 with one")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one notebook in this process
     args = parser.parse_args(argv)
-    absolute_path_env(os.environ)   # before any kernel starts: kernels run in notebooks/, not where this was typed
     if args.one:
         execute_one(Path(args.one), Path(args.out), args.timeout)
         return 0

@@ -109,3 +109,19 @@ def test_corpus_has_a_small_share_of_tagged_solutions_and_no_chat_markup():
     strict = [d for d in tagged if "</think><answer>" in d]
     assert 0.3 < len(strict) / len(tagged) < 0.7
     assert not any("<|im_start|>" in d or "<|im_end|>" in d for d in docs)
+
+
+def test_relative_folder_variables_are_taken_from_the_repository_root(tmp_path, monkeypatch):
+    """Kernels run in notebooks/: COURSE_ARTIFACTS=artifacts/seeds/s7 must not mean notebooks/artifacts/seeds/s7."""
+    from course_utils import paths
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(paths, "repo_root", lambda: tmp_path / "repo")
+    (tmp_path / "repo" / "data").mkdir(parents=True)
+    monkeypatch.setenv("COURSE_ARTIFACTS", "artifacts/seeds/s7")
+    monkeypatch.setenv("COURSE_DATA", "data")
+    assert paths.artifacts_root() == tmp_path / "repo" / "artifacts" / "seeds" / "s7"
+    assert paths.data_dir() == tmp_path / "repo" / "data"
+    monkeypatch.setenv("COURSE_ARTIFACTS", str(tmp_path / "elsewhere"))   # an absolute one is kept as it is
+    assert paths.artifacts_root() == tmp_path / "elsewhere"
+    monkeypatch.delenv("COURSE_ARTIFACTS")
+    assert paths.artifacts_root() == tmp_path / "repo" / "artifacts"

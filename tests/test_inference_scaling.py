@@ -37,6 +37,26 @@ def test_curves_read_the_first_n_answers():
     assert scaling.pass_curve(correct, ns=(1, 2, 4)) == {1: 0.0, 2: 0.5, 4: 1.0}
 
 
+def test_vote_over_wordings_answers_every_wording_in_order_and_votes_per_problem(tokenizer, monkeypatch):
+    asked = []
+
+    def fake_generate(model, tok, prompts, max_new_tokens, batch_size):   # answers 5, 5, 9 then 7, 8, 8
+        asked.extend(prompts)
+        return [f"<think>x</think><answer>{a}</answer>" for a in (5, 5, 9, 7, 8, 8)][:len(prompts)]
+
+    monkeypatch.setattr(scaling, "generate", fake_generate)
+    wordings = [["q1 a", "q1 b", "q1 c"], ["q2 a", "q2 b", "q2 c"]]
+    vote = scaling.vote_over_wordings(None, tokenizer, wordings, [5, 7], max_new_tokens=8)
+    assert [p.count("q1 ") + 2 * p.count("q2 ") for p in asked] == [1, 1, 1, 2, 2, 2]   # problem by problem
+    assert vote.right.tolist() == [[True, True, False], [True, False, False]]
+    assert vote.curve == {1: 1.0, 2: 1.0}                     # N = 2: 5,5 -> 5 right; 7,8 tie -> 7 (first) right
+    assert len(vote.texts) == 6
+    with pytest.raises(ValueError, match="right answers"):
+        scaling.vote_over_wordings(None, tokenizer, wordings, [5], max_new_tokens=8)
+    with pytest.raises(ValueError, match="same number"):
+        scaling.vote_over_wordings(None, tokenizer, [["a"], ["b", "c"]], [1, 2], max_new_tokens=8)
+
+
 def test_wilson_interval_contains_the_estimate_and_stays_in_0_1():
     lo, hi = evaluation.wilson_interval(150, 300)
     assert lo < 0.5 < hi and hi - lo == pytest.approx(2 * 1.96 * (0.25 / 300) ** 0.5, rel=0.02)
@@ -166,6 +186,28 @@ def test_grm_critiques_and_verdicts():
     assert len(chats) == 6 and chats[0]["messages"][0]["content"].startswith("Judge the answer.")
 
 
+def test_the_three_judgement_styles_write_the_same_verdict_and_fit_their_token_budgets(tokenizer):
+    rows = data.load_jsonl("preferences", "train", n=300)
+    answers = [a for r in rows for a in (r["chosen"], r["rejected"])]
+    mismatch = next(r["rejected"] for r in rows if r["flaw"] == "mismatch")
+    broken = next(r["rejected"] for r in rows if r["flaw"] == "no_tags")
+    assert scaling.grm_critique(mismatch, "verdict") == "<answer>bad</answer>"
+    assert scaling.grm_critique(broken, "principles") == "<think>tags: broken</think><answer>bad</answer>"
+    worked = scaling.grm_critique(mismatch, "critique")                      # <think>X and Y</think><answer>bad</answer>
+    assert scaling.grm_critique(mismatch, "principles") == worked.replace("<think>", "<think>tags: ok; sum: ")
+    for a in answers:
+        verdicts = {scaling.parse_verdict(scaling.grm_critique(a, style)) for style in scaling.GRM_STYLES}
+        assert len(verdicts) == 1 and verdicts != {None}
+    for style in scaling.GRM_STYLES:   # the longest judgement and its end-of-text token fit the sampling budget
+        longest = max(len(tokenizer(scaling.grm_critique(a, style), add_special_tokens=False)["input_ids"])
+                      for a in answers)
+        assert longest + 1 <= scaling.GRM_MAX_NEW_TOKENS[style], (style, longest)
+    assert scaling.grm_rows(rows[:1], style="verdict")[1]["messages"][-1]["content"] == \
+        scaling.grm_critique(rows[0]["rejected"], "verdict")
+    with pytest.raises(ValueError, match="style"):
+        scaling.grm_critique(mismatch, "essay")
+
+
 def test_wrong_critiques_are_wrong_and_meta_rows_pair_them():
     rng = random.Random(0)
     for r in data.load_jsonl("preferences", "train", n=100):
@@ -184,6 +226,15 @@ def test_verdict_scores_vote_and_the_meta_filter():
     assert scaling.verdict_scores(crit, 4, meta_scores=[[9, 1, 2, 0]], keep=1)[0] == 0.0   # meta trusts the first
     assert scaling.verdict_scores(crit, 4, meta_scores=[[0, 1, 2, 0]], keep=2)[0] == 1.0
     assert scaling.pair_judgement_accuracy([1.0, 0.5, 0.0], [0.0, 0.5, 1.0]) == pytest.approx(0.5)
+    # two pairs: k = 1 reads the first critique of each answer; the meta RM's filter keeps min(k, keep)
+    chosen, rejected = [[bad, good, good, junk], [good, good, bad, bad]], [[good, good, good, bad], [bad, good, good, good]]
+    assert scaling.judgement_curve(chosen, rejected, (1, 2, 4)) == {1: 0.5, 2: 0.5, 4: 0.0}
+    meta_c, meta_r = [[0, 9, 1, 0], [0, 0, 0, 9]], [[9, 0, 0, 0], [0, 9, 0, 0]]   # each keeps one: good/bad, good/good
+    assert scaling.judgement_curve(chosen, rejected, (4,), meta_c, meta_r, keep=1) == {4: 0.25}
+    assert scaling.verdict_rates(chosen, rejected) == {"readable_rate": pytest.approx(15 / 16),
+                                                       "right_verdict_rate": pytest.approx(6 / 16)}
+    with pytest.raises(ValueError):
+        scaling.verdict_rates([], [])
 
 
 def test_plot_accuracy_curves_draws_every_method_with_its_colour():
