@@ -39,6 +39,19 @@ class _NotebookBudgets:
         terminalreporter.write(budget_report(dict(self.seconds), matmul_gflops()))
 
 
+# nbval waits at most 5 s between two output messages of a cell that has finished (``IPyNbCell.output_timeout``,
+# fixed in nbval 0.11): on a slow, loaded CI machine 06's DPO cell missed that once (CI of 467720b, matmul 66 GFLOP/s,
+# two notebooks side by side) although its code had run. It bounds message delivery, not the cell's own run time
+# (``--nbval-cell-timeout``), so a longer wait hides no failure of the course.
+NBVAL_OUTPUT_TIMEOUT_S = 120
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if hasattr(item, "output_timeout"):   # nbval's notebook cells
+            item.output_timeout = NBVAL_OUTPUT_TIMEOUT_S
+
+
 def pytest_configure(config):
     if not config.pluginmanager.has_plugin("notebook-budgets"):
         config.pluginmanager.register(_NotebookBudgets(), "notebook-budgets")

@@ -26,6 +26,7 @@ r1                R1-Zero's prompts, rejection sampling for the cold start and t
 distill           sequence-level, logit (GKD) and hidden-state distillation (notebook 09)
 inference_scaling notebook 10: votes, best-of-N, a PRM and a generative judge
 capstone          notebook 11: the seed's tag template, format priming rows, rewards, GRPO/vLLM configs
+agentic           notebook 12 (in progress): tool tags and template, a safe calculator, the multi-turn rollout
 diagnostics       reading an RL run's log history: failure signs and their usual fixes
 plotting          figures; every function returns ``(fig, ax)``
 checks            ``compare`` from-scratch code with the library; ``show_source``

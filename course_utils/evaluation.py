@@ -65,6 +65,16 @@ def classify_failure(completion, answer) -> str:
     return "wrong sum"
 
 
+def right_off_working(completion, answer) -> bool:
+    """A right answer whose think section concludes a different number (``<think>… so 49</think><answer>58</answer>``
+    for 23 + 35): a verifier that reads only the ``<answer>`` pays for it although the working does not support it.
+    An answer without a think section (or one without a number) is not counted here: the format rate sees it."""
+    if not is_correct(completion, answer):
+        return False
+    concluded = think_conclusion(completion)
+    return concluded is not None and parse_int(extract_answer(completion)) != concluded
+
+
 def failure_breakdown(completions: list, answers: list) -> dict[str, float]:
     """Share of each of :data:`FAILURE_KINDS` (they sum to 1)."""
     if len(completions) != len(answers) or not completions:
@@ -80,8 +90,9 @@ def evaluate_arithmetic(model, tokenizer, split: str = "test", *, n: int, max_ne
     ``n`` and ``max_new_tokens`` have no default: pass the profile's (``profile.eval_size``,
     ``profile.max_new_tokens``), so that a hub model's longer answers are never cut at a tiny budget.
 
-    Returns ``{"accuracy", "format_rate", "n", "stderr", "failures"}`` (fractions in
-    [0, 1]; ``failures`` is :func:`failure_breakdown`), plus ``"samples"`` (question,
+    Returns ``{"accuracy", "format_rate", "n", "stderr", "failures", "right_off_working_rate"}`` (fractions in
+    [0, 1]; ``failures`` is :func:`failure_breakdown`; the last is the share of answers that are right although
+    their working concludes another number, :func:`right_off_working`), plus ``"samples"`` (question,
     completion, answer, correct) if asked.
     """
     problems = heldout_problems(split, n)
@@ -93,7 +104,8 @@ def evaluate_arithmetic(model, tokenizer, split: str = "test", *, n: int, max_ne
     acc = sum(correct) / n
     result = {"accuracy": acc, "format_rate": sum(formatted) / n, "n": n,
               "stderr": math.sqrt(max(acc * (1 - acc), 1e-12) / n),
-              "failures": failure_breakdown(completions, answers)}
+              "failures": failure_breakdown(completions, answers),
+              "right_off_working_rate": sum(map(right_off_working, completions, answers)) / n}
     if return_samples:
         result["samples"] = [
             {"question": p["question"], "completion": c, "answer": p["answer"], "correct": ok}

@@ -82,7 +82,9 @@ class Eval:
 
     ``accuracy`` / ``format_rate``: greedy; ``pass_at_1`` / ``pass_at_k``: sampled (None if not asked);
     ``score``: the mean of a scorer (e.g. a reward model) over the greedy answers (None if none given);
-    ``mean_tokens``: the greedy answers' mean length in tokens; ``correct``: per problem, whether the greedy
+    ``mean_tokens``: the greedy answers' mean length in tokens; ``right_off_working_rate``: the share of greedy
+    answers that are right although their think section concludes another number (``evaluation.right_off_working``:
+    what an answer-only verifier cannot see); ``correct``: per problem, whether the greedy
     answer was right (to compare two runs problem by problem); ``samples``: the greedy answers, one dict per
     problem (question, completion, answer, correct), kept only if asked.
     """
@@ -98,6 +100,7 @@ class Eval:
     k: int | None = None
     temperature: float | None = None
     score: float | None = None
+    right_off_working_rate: float | None = None
     correct: tuple = ()
     samples: tuple = ()
 
@@ -131,6 +134,7 @@ def evaluate(model, tokenizer, profile, *, k: int | None = None, temperature: fl
         extra["score"] = float(sum(scores) / len(scores))
     return Eval(accuracy=greedy["accuracy"], format_rate=greedy["format_rate"], n=greedy["n"],
                 stderr=greedy["stderr"], failures=greedy["failures"], mean_tokens=sum(lengths) / len(lengths),
+                right_off_working_rate=greedy["right_off_working_rate"],
                 correct=tuple(s["correct"] for s in samples), samples=tuple(samples) if keep_samples else (), **extra)
 
 

@@ -279,7 +279,7 @@ class DistillRecipe:
     too little skill at others)"""
     seq_target: float | None = 0.5
     """stop that run at the first check whose validation accuracy reaches this, as 02's cold start does: the starts
-    still spread (58-85% held-out at five seeds, the curve being steep there) but far less than after a fixed number
+    still spread (48-85% held-out at five seeds, the curve being steep there) but far less than after a fixed number
     of steps (None: run all seq_steps)"""
     seq_check_every: int = 25
     """steps between those checks (200 validation problems each)"""

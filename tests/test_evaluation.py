@@ -25,6 +25,7 @@ def test_evaluate_arithmetic_counts_right_answers(tiny, monkeypatch):
     assert res["accuracy"] == 0.25 and res["format_rate"] == 0.75 and len(res["samples"]) == 200
     assert res["failures"] == {"correct": 0.25, "format error": 0.25, "answer contradicts think": 0.25,
                                "wrong sum": 0.25}
+    assert res["right_off_working_rate"] == 0.0   # every right answer here follows from its working
     with pytest.raises(ValueError, match="at least 200"):
         evaluation.evaluate_arithmetic(model, tok, n=50, max_new_tokens=48)
 
@@ -37,6 +38,16 @@ def test_classify_failure_kinds():
     assert evaluation.classify_failure("<answer>61</answer>", "68") == "format error"
     assert evaluation.classify_failure(None, "68") == "format error"
     assert evaluation.classify_failure("<answer>68</answer>", "68") == "correct"  # accuracy ignores the format
+
+
+def test_right_off_working_flags_right_answers_their_working_does_not_reach():
+    c = data.format_completion
+    assert evaluation.right_off_working("<think>3 + 5 = 8, 2 + 3 + 0 = 5, so 49</think><answer>58</answer>", "58")
+    assert evaluation.right_off_working(c(23, 36, answer=58), "58")           # working concludes 59
+    assert not evaluation.right_off_working(c(23, 35), "58")                  # right, and the working agrees
+    assert not evaluation.right_off_working(c(23, 35, answer=61), "58")       # off its working, but wrong
+    assert not evaluation.right_off_working("<answer>58</answer>", "58")     # no working to disagree with
+    assert not evaluation.right_off_working(None, "58")
 
 
 def test_pass_at_k_estimator_matches_brute_force():

@@ -1,0 +1,258 @@
+"""A model that calls a tool: the chat format, the tool, and the multi-turn rollout of agentic RL (notebook 12).
+
+The pieces TRL's ``GRPOTrainer(tools=...)`` needs from a model's tokenizer, made for the course's tiny Qwen3, and the
+rollout loop written out so that its masks can be compared with TRL's own (``_tool_call_loop``):
+
+* :data:`TOOL_TAGS` and :func:`add_tool_tokens`: ``<tool_call>`` … ``</tool_response>`` as whole, non-special tokens
+  (as the course's think/answer tags are), the embeddings resized to match.
+* :data:`TOOL_CHAT_TEMPLATE`: the course's chat template plus a system line listing the tools, an assistant turn that
+  may hold tool calls (inside ``{% generation %}``, so SFT trains on them) and a tool turn that returns a result. A
+  call is written compactly, ``<tool_call>calc(expr=347+586)</tool_call>`` (16 tokens, against about 50 for Qwen3's
+  JSON): a model of 0.5M parameters has 256 positions.
+* :data:`RESPONSE_TEMPLATE`: how ``tokenizer.parse_response`` reads a call back out of generated text (TRL raises at
+  construction for a template it does not know, so the course sets its own); :func:`use_tool_format` installs both.
+* :func:`calc`: the tool. It never raises and never hangs on any input: arithmetic only, read with ``ast`` (never
+  ``eval``), inputs and results bounded; anything else returns ``"error"``.
+* :func:`parse_calls`, :func:`tool_suffix_ids`, :func:`rollout`: the loop itself — generate until the turn ends, run
+  the calls it holds, append their results as the template writes them, continue, at most ``max_calls`` rounds — with
+  the completion's **tool mask**: 0 on the tokens the tool wrote (the policy did not choose them), 1 on the model's.
+"""
+from __future__ import annotations
+
+import ast
+import operator
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
+TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE = "<tool_response>", "</tool_response>"
+TOOL_TAGS = (TOOL_CALL_OPEN, TOOL_CALL_CLOSE, TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE)
+
+# The course's template (modeling.CHAT_TEMPLATE) with tools: a system line "Tools: calc(expr)" when tools are given,
+# an assistant turn whose tool calls are rendered name(key=value,...) inside the generation block, and the tool's
+# result as a user turn wrapped in <tool_response>, the way Qwen3's template returns it.
+TOOL_CHAT_TEMPLATE = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\nTools:' }}"
+    "{%- for tool in tools %}{%- set f = tool.function if tool.function is defined else tool %}"
+    "{{- ' ' + f.name + '(' + (f.parameters.properties | list | join(', ')) + ')' }}"
+    "{%- endfor %}{{- '<|im_end|>\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'assistant' %}"
+    "{{- '<|im_start|>assistant\n' }}"
+    "{%- generation %}"
+    "{{- message['content'] if message['content'] is string else '' }}"
+    "{%- for tc in message.get('tool_calls') or [] %}{%- set f = tc.function if tc.function is defined else tc %}"
+    "{{- '<tool_call>' + f.name + '(' }}"
+    "{%- for k, v in f.arguments.items() %}{{- (',' if not loop.first else '') + k + '=' + (v | string) }}"
+    "{%- endfor %}{{- ')</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>' }}"
+    "{%- endgeneration %}"
+    "{{- '\n' }}"
+    "{%- elif message['role'] == 'tool' %}"
+    "{{- '<|im_start|>user\n<tool_response>' + message['content'] + '</tool_response><|im_end|>\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"
+)
+
+# transformers' response parser (tokenizer.parse_response, which TRL's tool loop calls): a call is
+# <tool_call>name(k=v,...)</tool_call>; the text around calls is the content, joined (without "join" only the last
+# piece would be kept). No <think> field, unlike Qwen3's parser: it would move the course's <think> block out of the
+# content that the course's rewards read.
+RESPONSE_TEMPLATE = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {
+        "tool_calls": {"open_pattern": r"<tool_call>(?P<name>\w+)\(", "close_pattern": r"\)</tool_call>\s*",
+                       "repeats": True, "content": "kv-lines", "content_args": {"line_sep": ",", "kv_sep": "="},
+                       "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}}},
+        "content": {"close_pattern": r"<\|im_end\|>\s*", "content": "text", "repeats": True, "join": ""},
+    },
+}
+
+_CALL_RE = re.compile(r"<tool_call>(\w+)\((.*?)\)</tool_call>", re.DOTALL)
+MAX_EXPRESSION_CHARS = 40
+"""longer expressions are refused: the tool must stay fast on anything a policy writes"""
+MAX_RESULT_ABS = 10 ** 12
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
+
+
+def add_tool_tokens(tokenizer, model=None) -> list[int]:
+    """Add :data:`TOOL_TAGS` to ``tokenizer`` as whole, non-special tokens (a decoder that skips special tokens keeps
+    them) and resize ``model``'s embeddings to match (new rows at the mean of the old). Returns the tags' ids.
+    Adding them twice changes nothing."""
+    from tokenizers import AddedToken
+    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in TOOL_TAGS])
+    if model is not None and model.get_input_embeddings().weight.shape[0] != len(tokenizer):
+        model.resize_token_embeddings(len(tokenizer), mean_resizing=True)
+    return tokenizer.convert_tokens_to_ids(list(TOOL_TAGS))
+
+
+def use_tool_format(tokenizer) -> None:
+    """Install :data:`TOOL_CHAT_TEMPLATE` and :data:`RESPONSE_TEMPLATE` on ``tokenizer`` (after
+    :func:`add_tool_tokens`). Without a response template TRL's tool loop cannot see a call."""
+    missing = [t for t in TOOL_TAGS if t not in tokenizer.get_vocab()]
+    if missing:
+        raise ValueError(f"the tool tags {missing} are not whole tokens yet: call add_tool_tokens first")
+    tokenizer.chat_template = TOOL_CHAT_TEMPLATE
+    tokenizer.response_template = RESPONSE_TEMPLATE
+
+
+# --------------------------------------------------------------------------- the tool
+def _evaluate(node):
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+        value = _OPS[type(node.op)](_evaluate(node.left), _evaluate(node.right))
+        if abs(value) > MAX_RESULT_ABS:
+            raise ValueError("result too large")
+        return value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_evaluate(node.operand)
+    raise ValueError("not integer arithmetic")
+
+
+def calc(expr: str) -> str:
+    """
+    Evaluate an integer arithmetic expression with +, - and *.
+
+    Args:
+        expr: The expression, for example 347+586
+    """
+    if not isinstance(expr, str) or len(expr) > MAX_EXPRESSION_CHARS:
+        return "error"
+    try:
+        return str(_evaluate(ast.parse(expr.strip(), mode="eval").body))
+    except Exception:   # SyntaxError, ValueError, RecursionError, ...: any text a policy writes
+        return "error"
+
+
+def format_call(name: str, **arguments) -> str:
+    """A call as the template writes it: ``format_call("calc", expr="347+586")`` ->
+    ``<tool_call>calc(expr=347+586)</tool_call>``."""
+    args = ",".join(f"{k}={v}" for k, v in arguments.items())
+    return f"{TOOL_CALL_OPEN}{name}({args}){TOOL_CALL_CLOSE}"
+
+
+def parse_calls(text: str) -> list[tuple[str, dict[str, str]] | None]:
+    """Every ``<tool_call>…</tool_call>`` in ``text``, in order, as ``(name, arguments)``; ``None`` for one whose
+    arguments are not ``key=value`` pairs (a malformed call: it fails, it never raises)."""
+    calls = []
+    for name, inner in _CALL_RE.findall(text or ""):
+        pairs = [part.split("=", 1) for part in inner.split(",")] if inner.strip() else []
+        if any(len(p) != 2 or not p[0].strip().isidentifier() for p in pairs):
+            calls.append(None)
+        else:
+            calls.append((name, {k.strip(): v.strip() for k, v in pairs}))
+    return calls
+
+
+def run_call(call, tools: dict[str, Callable]) -> tuple[str, bool]:
+    """Run one parsed call: ``(result text, failed)``. An unknown tool, a malformed call, wrong arguments or a
+    tool that raises is a failed call with a short error text, never an exception."""
+    if call is None:
+        return "error", True
+    name, arguments = call
+    if name not in tools:
+        return "error", True
+    try:
+        return str(tools[name](**arguments)), False
+    except Exception:
+        return "error", True
+
+
+# --------------------------------------------------------------------------- the multi-turn rollout
+def tool_suffix_ids(tokenizer, tool_messages: list[dict]) -> list[int]:
+    """The ids the template puts between the end of an assistant turn and the next assistant turn when
+    ``tool_messages`` are returned: rendered by difference, as TRL does, so the model's own tokens are never
+    re-tokenised. For the course template and a result ``933``:
+    ``"\\n<|im_start|>user\\n<tool_response>933</tool_response><|im_end|>\\n<|im_start|>assistant\\n"``."""
+    dummy = [{"role": "user", "content": "x"},
+             {"role": "assistant", "content": "", "tool_calls": [
+                 {"type": "function", "function": {"name": m.get("name", "tool"), "arguments": {}}}
+                 for m in tool_messages]}]
+    before = tokenizer.apply_chat_template(dummy, tokenize=True, return_dict=False)
+    after = tokenizer.apply_chat_template(dummy + tool_messages, tokenize=True, add_generation_prompt=True,
+                                          return_dict=False)
+    before, after = list(before), list(after)
+    last_eos = max(i for i, t in enumerate(before) if t == tokenizer.eos_token_id)
+    before = before[:last_eos + 1]
+    if after[:len(before)] != before:
+        raise ValueError("the chat template does not render a tool result after the assistant turn it answers")
+    return after[len(before):]
+
+
+@dataclass
+class Rollout:
+    """One multi-turn completion.
+
+    ``completion_ids``: every token after the prompt, the model's and the tool's; ``tool_mask``: 1 where the model
+    wrote the token, 0 where the template and tool did (the loss must skip those); ``calls``, ``failed_calls``: tool
+    calls run and how many failed; ``truncated``: the completion reached ``max_completion_length``.
+    """
+
+    prompt_ids: list[int]
+    completion_ids: list[int] = field(default_factory=list)
+    tool_mask: list[int] = field(default_factory=list)
+    calls: int = 0
+    failed_calls: int = 0
+    truncated: bool = False
+
+
+def rollout(generate_fn: Callable[[list[list[int]], int], list[list[int]]], tokenizer, prompt_ids: list[list[int]],
+            tools: dict[str, Callable], *, max_completion_length: int, max_calls: int = 1) -> list[Rollout]:
+    """The multi-turn rollout of agentic RL, for a batch of prompts.
+
+    ``generate_fn(inputs, max_new_tokens)`` continues each id list of ``inputs`` (a model's greedy or sampled
+    decoding; it returns the new ids only, ending at the turn's end token or at ``max_new_tokens``). Each round:
+    generate; parse the new turn's calls; run them (:func:`run_call`); append the template's tool turn
+    (:func:`tool_suffix_ids`: tool mask 0) and generate again from there (tool mask 1). At most ``max_calls``
+    rounds run; a call written after the last round stays unrun text in the completion. A row whose next tool turn
+    would not fit in ``max_completion_length`` stops there; the last turn is cut to fit.
+    """
+    rows = [Rollout(prompt_ids=list(p)) for p in prompt_ids]
+    new = generate_fn([list(p) for p in prompt_ids], max_completion_length)
+    for row, ids in zip(rows, new):
+        ids = list(ids)[:max_completion_length]
+        row.completion_ids, row.tool_mask = ids, [1] * len(ids)
+        row.truncated = len(list(ids)) >= max_completion_length and ids[-1:] != [tokenizer.eos_token_id]
+    last_turn = {i: row.completion_ids for i, row in enumerate(rows)}
+    for _ in range(max_calls):
+        pending = {}
+        for i, turn in last_turn.items():
+            row = rows[i]
+            calls = parse_calls(tokenizer.decode(turn, skip_special_tokens=False))
+            if not calls or row.truncated:
+                continue
+            results = []
+            for call in calls:
+                text, failed = run_call(call, tools)
+                row.calls += 1
+                row.failed_calls += failed
+                results.append({"role": "tool", "name": call[0] if call else "tool", "content": text})
+            suffix = tool_suffix_ids(tokenizer, results)
+            if len(row.completion_ids) + len(suffix) > max_completion_length:
+                row.truncated = True
+                continue
+            row.completion_ids = row.completion_ids + suffix
+            row.tool_mask = row.tool_mask + [0] * len(suffix)
+            pending[i] = max_completion_length - len(row.completion_ids)
+        if not pending:
+            break
+        order = sorted(pending)
+        outs = generate_fn([rows[i].prompt_ids + rows[i].completion_ids for i in order], max(pending.values()))
+        last_turn = {}
+        for i, ids in zip(order, outs):
+            ids = list(ids)[:pending[i]]
+            row = rows[i]
+            row.completion_ids = row.completion_ids + ids
+            row.tool_mask = row.tool_mask + [1] * len(ids)
+            row.truncated = len(row.completion_ids) >= max_completion_length and ids[-1:] != [tokenizer.eos_token_id]
+            last_turn[i] = ids
+    return rows

@@ -1,0 +1,139 @@
+"""The tool format, the calculator and the from-scratch multi-turn rollout (course_utils.agentic)."""
+import copy
+
+import pytest
+
+from course_utils import agentic
+
+
+@pytest.fixture()
+def tool_tokenizer(tokenizer):
+    tok = copy.deepcopy(tokenizer)   # the session's tokenizer stays as the other tests expect it
+    agentic.add_tool_tokens(tok)
+    agentic.use_tool_format(tok)
+    return tok
+
+
+@pytest.mark.parametrize("text", ["347+586", " 12 * 3 - 4 ", "-5+2"])
+def test_calc_does_integer_arithmetic(text):
+    assert agentic.calc(text) == str(eval(text))   # the test may eval its own constants; the tool never does
+
+
+@pytest.mark.parametrize("text", ["", "abc", "__import__('os')", "2**10", "1/0", "9" * 60, "(" * 30 + "1" + ")" * 30,
+                                  "99999999*99999999*99999", "1.5+2", None, 12, "1+", "[1]"])
+def test_calc_never_raises_on_what_a_policy_writes(text):
+    assert agentic.calc(text) == "error"
+
+
+def test_tool_tags_are_whole_non_special_tokens(tool_tokenizer):
+    for tag in agentic.TOOL_TAGS:
+        ids = tool_tokenizer(tag, add_special_tokens=False)["input_ids"]
+        assert len(ids) == 1 and tool_tokenizer.decode(ids, skip_special_tokens=True) == tag
+
+
+def test_add_tool_tokens_resizes_the_model_once(tokenizer):
+    from course_utils import modeling
+    tok = copy.deepcopy(tokenizer)
+    model = modeling.build_model(tok, seed=0)
+    ids = agentic.add_tool_tokens(tok, model)
+    assert model.get_input_embeddings().weight.shape[0] == len(tok) == len(tokenizer) + 4
+    assert agentic.add_tool_tokens(tok, model) == ids and len(tok) == len(tokenizer) + 4
+
+
+def test_the_template_renders_a_call_and_its_result_and_trains_only_the_assistant(tool_tokenizer):
+    call = {"type": "function", "function": {"name": "calc", "arguments": {"expr": "347+586"}}}
+    chat = [{"role": "user", "content": "What is 347 plus 586?"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "name": "calc", "content": "933"},
+            {"role": "assistant", "content": "<answer>933</answer>"}]
+    text = tool_tokenizer.apply_chat_template(chat, tools=[agentic.calc], tokenize=False)
+    assert text.startswith("<|im_start|>system\nTools: calc(expr)<|im_end|>\n")
+    assert "<tool_call>calc(expr=347+586)</tool_call><|im_end|>" in text
+    assert "<|im_start|>user\n<tool_response>933</tool_response><|im_end|>" in text
+    out = tool_tokenizer.apply_chat_template(chat, tools=[agentic.calc], tokenize=True, return_dict=True,
+                                             return_assistant_tokens_mask=True)
+    trained = tool_tokenizer.decode([t for t, m in zip(out["input_ids"], out["assistant_masks"]) if m])
+    assert trained == "<tool_call>calc(expr=347+586)</tool_call><|im_end|><answer>933</answer><|im_end|>"
+
+
+def test_trl_accepts_the_format(tool_tokenizer):
+    from trl.chat_template_utils import is_chat_template_prefix_preserving, supports_tool_calling
+    assert supports_tool_calling(tool_tokenizer)
+    assert is_chat_template_prefix_preserving(tool_tokenizer)
+
+
+def test_the_response_parser_reads_calls_back(tool_tokenizer):
+    prompt = tool_tokenizer.apply_chat_template([{"role": "user", "content": "What is 347 plus 586?"}],
+                                                add_generation_prompt=True, tokenize=True, return_dict=False)
+    ids = tool_tokenizer("<tool_call>calc(expr=347+586)</tool_call><|im_end|>", add_special_tokens=False)["input_ids"]
+    parsed = tool_tokenizer.parse_response(ids, prefix=list(prompt))   # what TRL's loop calls
+    assert parsed["tool_calls"] == [{"type": "function", "function": {"name": "calc", "arguments": {"expr": "347+586"}}}]
+
+
+def test_parse_calls():
+    text = "a<tool_call>calc(expr=1+2)</tool_call>b<tool_call>calc(1+2)</tool_call><tool_call>oops</tool_call>"
+    assert agentic.parse_calls(text) == [("calc", {"expr": "1+2"}), None]
+    assert agentic.parse_calls("<answer>3</answer>") == [] and agentic.parse_calls(None) == []
+    assert agentic.format_call("calc", expr="1+2") == "<tool_call>calc(expr=1+2)</tool_call>"
+
+
+def test_run_call_turns_every_failure_into_a_failed_call():
+    tools = {"calc": agentic.calc, "boom": lambda: 1 / 0}
+    assert agentic.run_call(("calc", {"expr": "2+3"}), tools) == ("5", False)
+    assert agentic.run_call(("calc", {"expr": "x"}), tools) == ("error", False)   # the tool answered, with an error
+    for call in [None, ("nope", {}), ("calc", {"wrong": "1"}), ("boom", {})]:
+        assert agentic.run_call(call, tools) == ("error", True)
+
+
+def _scripted(tok, turns):
+    """A generate_fn that answers each call from a queue of texts per row (keyed by the prompt's first id list)."""
+    queues = [list(t) for t in turns]
+    calls = {"n": 0}
+
+    def generate_fn(inputs, max_new_tokens):
+        calls["n"] += 1
+        out = []
+        for ids in inputs:
+            row = next(i for i, q in enumerate(queues) if ids[:len(prompts[i])] == prompts[i])
+            text = queues[row].pop(0)
+            out.append(tok(text, add_special_tokens=False)["input_ids"][:max_new_tokens])
+        return out
+    prompts = []
+    return generate_fn, prompts, calls
+
+
+def test_rollout_masks_the_tool_tokens_and_caps_the_calls(tool_tokenizer):
+    tok = tool_tokenizer
+    prompt = lambda q: tok.apply_chat_template([{"role": "user", "content": q}], tools=[agentic.calc],
+                                               add_generation_prompt=True, tokenize=True, return_dict=False)
+    turns = [["<tool_call>calc(expr=347+586)</tool_call><|im_end|>", "<answer>933</answer><|im_end|>"],
+             ["<answer>12</answer><|im_end|>"],
+             ["<tool_call>calc(expr=1+1)</tool_call><|im_end|>", "<tool_call>calc(expr=2+2)</tool_call><|im_end|>"],
+             ["<tool_call>calc(1+1)</tool_call><|im_end|>", "<answer>2</answer><|im_end|>"]]
+    generate_fn, prompts, calls = _scripted(tok, turns)
+    prompts += [list(prompt(f"question {i}")) for i in range(4)]
+    rows = agentic.rollout(generate_fn, tok, prompts, {"calc": agentic.calc}, max_completion_length=96, max_calls=1)
+    a, b, c, d = rows
+    # row a: call, tool turn (mask 0), answer (mask 1)
+    text = tok.decode(a.completion_ids)
+    assert text == ("<tool_call>calc(expr=347+586)</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>933"
+                    "</tool_response><|im_end|>\n<|im_start|>assistant\n<answer>933</answer><|im_end|>")
+    tool_text = tok.decode([t for t, m in zip(a.completion_ids, a.tool_mask) if not m])
+    assert tool_text == "\n<|im_start|>user\n<tool_response>933</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    assert len(a.tool_mask) == len(a.completion_ids) and (a.calls, a.failed_calls) == (1, 0)
+    # row b: no call, all the model's
+    assert set(b.tool_mask) == {1} and b.calls == 0
+    # row c: the second call is past the cap (max_calls=1): it stays unrun text, the rollout ends
+    assert c.calls == 1 and tok.decode(c.completion_ids).endswith("<tool_call>calc(expr=2+2)</tool_call><|im_end|>")
+    # row d: a malformed call fails (error result) and the rollout goes on
+    assert (d.calls, d.failed_calls) == (1, 1) and "<tool_response>error</tool_response>" in tok.decode(d.completion_ids)
+    assert calls["n"] == 2   # one generation per round, for the rows that called a tool
+
+
+def test_rollout_stops_a_row_whose_tool_turn_would_not_fit(tool_tokenizer):
+    tok = tool_tokenizer
+    generate_fn, prompts, _ = _scripted(tok, [["<tool_call>calc(expr=347+586)</tool_call><|im_end|>"]])
+    prompts.append([1, 2, 3])
+    first = len(tok("<tool_call>calc(expr=347+586)</tool_call><|im_end|>", add_special_tokens=False)["input_ids"])
+    (row,) = agentic.rollout(generate_fn, tok, prompts, {"calc": agentic.calc}, max_completion_length=first + 5)
+    assert row.truncated and row.calls == 1 and len(row.completion_ids) == first and set(row.tool_mask) == {1}
