@@ -67,7 +67,8 @@ def test_the_response_parser_reads_calls_back(tool_tokenizer):
                                                 add_generation_prompt=True, tokenize=True, return_dict=False)
     ids = tool_tokenizer("<tool_call>calc(expr=347+586)</tool_call><|im_end|>", add_special_tokens=False)["input_ids"]
     parsed = tool_tokenizer.parse_response(ids, prefix=list(prompt))   # what TRL's loop calls
-    assert parsed["tool_calls"] == [{"type": "function", "function": {"name": "calc", "arguments": {"expr": "347+586"}}}]
+    call = {"type": "function", "function": {"name": "calc", "arguments": {"expr": "347+586"}}}
+    assert parsed["tool_calls"] == [call]
 
 
 def test_parse_calls():
@@ -126,7 +127,8 @@ def test_rollout_masks_the_tool_tokens_and_caps_the_calls(tool_tokenizer):
     # row c: the second call is past the cap (max_calls=1): it stays unrun text, the rollout ends
     assert c.calls == 1 and tok.decode(c.completion_ids).endswith("<tool_call>calc(expr=2+2)</tool_call><|im_end|>")
     # row d: a malformed call fails (error result) and the rollout goes on
-    assert (d.calls, d.failed_calls) == (1, 1) and "<tool_response>error</tool_response>" in tok.decode(d.completion_ids)
+    assert (d.calls, d.failed_calls) == (1, 1)
+    assert "<tool_response>error</tool_response>" in tok.decode(d.completion_ids)
     assert calls["n"] == 2   # one generation per round, for the rows that called a tool
 
 
