@@ -13,17 +13,26 @@ rollout loop written out so that its masks can be compared with TRL's own (``_to
   construction for a template it does not know, so the course sets its own); :func:`use_tool_format` installs both.
 * :func:`calc`: the tool. It never raises and never hangs on any input: arithmetic only, read with ``ast`` (never
   ``eval``), inputs and results bounded; anything else returns ``"error"``.
-* :func:`parse_calls`, :func:`tool_suffix_ids`, :func:`rollout`: the loop itself — generate until the turn ends, run
-  the calls it holds, append their results as the template writes them, continue, at most ``max_calls`` rounds — with
-  the completion's **tool mask**: 0 on the tokens the tool wrote (the policy did not choose them), 1 on the model's.
+* :func:`read_calls`, :func:`run_call`, :func:`tool_suffix_ids`, :func:`rollout`: the loop itself — generate until
+  the turn ends, run the calls it holds, append their results as the template writes them, continue, at most
+  ``max_calls`` rounds — with the completion's **tool mask**: 0 on the tokens the tool wrote (the policy did not
+  choose them), 1 on the model's. It follows TRL's ``_tool_call_loop`` rule for rule (calls read by TRL's parser
+  wrapper, errors written as TRL writes them, the same budget and context rollbacks): greedy, on 8 prompts with a
+  cold-started tiny model, its ids and tool masks equalled TRL's ``_generate`` exactly (a notebook-12 draft, seed
+  1234).
+* :func:`demo_row`, :func:`prompt_rows`, :func:`answer_reward`, :func:`call_reward`, :func:`greedy_generate_fn`,
+  :func:`evaluate_tool_use`: demonstrations, GRPO rows, rewards that read the last assistant turn, and greedy
+  accuracy with or without the tool.
 """
 from __future__ import annotations
 
 import ast
+import json
 import operator
-import re
 from dataclasses import dataclass, field
 from typing import Callable
+
+from .rewards import extract_answer
 
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE = "<tool_response>", "</tool_response>"
@@ -76,7 +85,6 @@ RESPONSE_TEMPLATE = {
     },
 }
 
-_CALL_RE = re.compile(r"<tool_call>(\w+)\((.*?)\)</tool_call>", re.DOTALL)
 MAX_EXPRESSION_CHARS = 40
 """longer expressions are refused: the tool must stay fast on anything a policy writes"""
 MAX_RESULT_ABS = 10 ** 12
@@ -140,31 +148,28 @@ def format_call(name: str, **arguments) -> str:
     return f"{TOOL_CALL_OPEN}{name}({args}){TOOL_CALL_CLOSE}"
 
 
-def parse_calls(text: str) -> list[tuple[str, dict[str, str]] | None]:
-    """Every ``<tool_call>…</tool_call>`` in ``text``, in order, as ``(name, arguments)``; ``None`` for one whose
-    arguments are not ``key=value`` pairs (a malformed call: it fails, it never raises)."""
-    calls = []
-    for name, inner in _CALL_RE.findall(text or ""):
-        pairs = [part.split("=", 1) for part in inner.split(",")] if inner.strip() else []
-        if any(len(p) != 2 or not p[0].strip().isidentifier() for p in pairs):
-            calls.append(None)
-        else:
-            calls.append((name, {k.strip(): v.strip() for k, v in pairs}))
-    return calls
+def read_calls(tokenizer, ids: list[int], prefix: list[int]) -> list[tuple[str, dict]]:
+    """The tool calls in one generated turn ``ids`` (``prefix``: the ids before it), read exactly as TRL's tool loop
+    reads them: the tokenizer's response parser through TRL's wrapper (``trl.chat_template_utils.parse_response``),
+    whose fallback makes text it cannot read as a call plain text, not a call. A call's arguments are whatever the
+    parser found (missing ones as ``{}``), so ``calc(347+586)`` is the call ``calc()``, which fails when run."""
+    from trl.chat_template_utils import parse_response
+    if not ids:   # an empty turn (a budget already spent) holds no call; the parser would read [] as a batch
+        return []
+    calls = parse_response(tokenizer, list(ids), prefix=list(prefix)).get("tool_calls") or []
+    return [(call["function"]["name"], call["function"].get("arguments") or {}) for call in calls]
 
 
-def run_call(call, tools: dict[str, Callable]) -> tuple[str, bool]:
-    """Run one parsed call: ``(result text, failed)``. An unknown tool, a malformed call, wrong arguments or a
-    tool that raises is a failed call with a short error text, never an exception."""
-    if call is None:
-        return "error", True
+def run_call(call: tuple[str, dict], tools: dict[str, Callable]) -> tuple[str, bool]:
+    """Run one call: ``(result text, failed)``. An unknown tool, wrong arguments or a tool that raises is a failed
+    call whose result is the error, written as TRL writes it (``{'error': '...'}``), never an exception here."""
     name, arguments = call
-    if name not in tools:
-        return "error", True
     try:
+        if name not in tools:
+            raise ValueError(f"Tool {name} not found.")
         return str(tools[name](**arguments)), False
-    except Exception:
-        return "error", True
+    except Exception as error:
+        return str({"error": str(error)}), True
 
 
 # --------------------------------------------------------------------------- the multi-turn rollout
@@ -206,7 +211,8 @@ class Rollout:
 
 
 def rollout(generate_fn: Callable[[list[list[int]], int], list[list[int]]], tokenizer, prompt_ids: list[list[int]],
-            tools: dict[str, Callable], *, max_completion_length: int, max_calls: int = 1) -> list[Rollout]:
+            tools: dict[str, Callable], *, max_completion_length: int, max_calls: int = 1,
+            max_positions: int | None = None) -> list[Rollout]:
     """The multi-turn rollout of agentic RL, for a batch of prompts.
 
     ``generate_fn(inputs, max_new_tokens)`` continues each id list of ``inputs`` (a model's greedy or sampled
@@ -214,45 +220,158 @@ def rollout(generate_fn: Callable[[list[list[int]], int], list[list[int]]], toke
     generate; parse the new turn's calls; run them (:func:`run_call`); append the template's tool turn
     (:func:`tool_suffix_ids`: tool mask 0) and generate again from there (tool mask 1). At most ``max_calls``
     rounds run; a call written after the last round stays unrun text in the completion. A row whose next tool turn
-    would not fit in ``max_completion_length`` stops there; the last turn is cut to fit.
+    would not fit in ``max_completion_length`` (or would bring prompt and completion to ``max_positions``, the model's
+    context) stops there, as TRL's loop stops it; the last turn is cut to fit.
     """
     rows = [Rollout(prompt_ids=list(p)) for p in prompt_ids]
     new = generate_fn([list(p) for p in prompt_ids], max_completion_length)
     for row, ids in zip(rows, new):
         ids = list(ids)[:max_completion_length]
         row.completion_ids, row.tool_mask = ids, [1] * len(ids)
-        row.truncated = len(list(ids)) >= max_completion_length and ids[-1:] != [tokenizer.eos_token_id]
-    last_turn = {i: row.completion_ids for i, row in enumerate(rows)}
+        row.truncated = len(ids) >= max_completion_length and ids[-1:] != [tokenizer.eos_token_id]
+    last_turn = {i: (row.prompt_ids, row.completion_ids) for i, row in enumerate(rows)}
     for _ in range(max_calls):
         pending = {}
-        for i, turn in last_turn.items():
+        for i, (prefix, turn) in last_turn.items():
             row = rows[i]
-            calls = parse_calls(tokenizer.decode(turn, skip_special_tokens=False))
-            if not calls or row.truncated:
+            calls = read_calls(tokenizer, turn, prefix)
+            if not calls:
                 continue
             results = []
             for call in calls:
                 text, failed = run_call(call, tools)
                 row.calls += 1
                 row.failed_calls += failed
-                results.append({"role": "tool", "name": call[0] if call else "tool", "content": text})
+                results.append({"role": "tool", "name": call[0], "content": text})
             suffix = tool_suffix_ids(tokenizer, results)
-            if len(row.completion_ids) + len(suffix) > max_completion_length:
+            too_long = len(row.completion_ids) + len(suffix) > max_completion_length
+            if max_positions is not None:
+                too_long |= len(row.prompt_ids) + len(row.completion_ids) + len(suffix) >= max_positions
+            if too_long:
                 row.truncated = True
                 continue
             row.completion_ids = row.completion_ids + suffix
             row.tool_mask = row.tool_mask + [0] * len(suffix)
             pending[i] = max_completion_length - len(row.completion_ids)
-        if not pending:
+        order = [i for i in sorted(pending) if pending[i] > 0]   # a row whose tool turn filled the budget ends there
+        if not order:
             break
-        order = sorted(pending)
-        outs = generate_fn([rows[i].prompt_ids + rows[i].completion_ids for i in order], max(pending.values()))
+        outs = generate_fn([rows[i].prompt_ids + rows[i].completion_ids for i in order],
+                           max(pending[i] for i in order))
         last_turn = {}
         for i, ids in zip(order, outs):
             ids = list(ids)[:pending[i]]
             row = rows[i]
+            prefix = row.prompt_ids + row.completion_ids
             row.completion_ids = row.completion_ids + ids
             row.tool_mask = row.tool_mask + [1] * len(ids)
             row.truncated = len(row.completion_ids) >= max_completion_length and ids[-1:] != [tokenizer.eos_token_id]
-            last_turn[i] = ids
+            last_turn[i] = (prefix, ids)
     return rows
+
+
+# --------------------------------------------------------------------------- data, rewards and evaluation
+def demo_row(problem: dict) -> dict:
+    """One SFT demonstration of using the tool: question -> call -> the tool's result -> ``<answer>``.
+
+    ``tools`` holds the JSON schema TRL renders in GRPO (a JSON string: a data set cannot hold a function), so the
+    system line the model is trained with is the one it will be prompted with.
+    """
+    from transformers.utils import get_json_schema
+    expr = f"{problem['a']}+{problem['b']}"
+    call = {"type": "function", "function": {"name": "calc", "arguments": {"expr": expr}}}
+    return {"messages": [{"role": "user", "content": problem["question"]},
+                         {"role": "assistant", "content": "", "tool_calls": [call]},
+                         {"role": "tool", "name": "calc", "content": calc(expr)},
+                         {"role": "assistant", "content": f"<answer>{problem['answer']}</answer>"}],
+            "tools": json.dumps([get_json_schema(calc)])}
+
+
+def prompt_rows(problems: list[dict]) -> list[dict]:
+    """``{"prompt": [user message], "answer"}`` rows for TRL's ``GRPOTrainer`` (conversational prompts: its tool
+    loop needs messages)."""
+    return [{"prompt": [{"role": "user", "content": p["question"]}], "answer": p["answer"]} for p in problems]
+
+
+def final_answer(completion) -> str | None:
+    """The ``<answer>`` of the last *assistant* message of a multi-turn completion, or None. Never the tool's
+    message: its text holds the right number."""
+    if isinstance(completion, (list, tuple)):
+        said = [m for m in completion if isinstance(m, dict) and m.get("role") == "assistant"]
+        return extract_answer(said[-1].get("content") or "") if said else None
+    return extract_answer(completion)
+
+
+def answer_reward(completions, answer, **kwargs) -> list[float]:
+    """1 for a right final answer, else 0 (TRL's reward protocol; never raises on a completion)."""
+    return [1.0 if final_answer(c) == str(a) else 0.0 for c, a in zip(completions, answer)]
+
+
+def call_reward(completions, **kwargs) -> list[float]:
+    """A bad reward, for notebook 12's "what goes wrong": 1 per tool result in the completion, so it pays for
+    calling the tool, not for the answer."""
+    return [float(sum(isinstance(m, dict) and m.get("role") == "tool" for m in c))
+            if isinstance(c, (list, tuple)) else 0.0 for c in completions]
+
+
+def greedy_generate_fn(model, tokenizer, batch_size: int = 100) -> Callable[[list[list[int]], int], list[list[int]]]:
+    """A ``generate_fn`` for :func:`rollout`: greedy continuations (``model.generate``, left-padded batches), each
+    cut after its first end-of-turn token."""
+    import torch
+
+    from .generation import eos_token_ids
+    stop, pad = eos_token_ids(tokenizer, model), tokenizer.pad_token_id   # the ids TRL stops and cuts at
+
+    @torch.no_grad()
+    def generate_fn(inputs: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+        was_training = model.training
+        model.eval()
+        out = []
+        try:
+            for start in range(0, len(inputs), batch_size):
+                chunk = inputs[start:start + batch_size]
+                width = max(map(len, chunk))
+                ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+                mask = torch.zeros_like(ids)
+                for i, row in enumerate(chunk):
+                    ids[i, width - len(row):] = torch.tensor(row)
+                    mask[i, width - len(row):] = 1
+                new = model.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
+                                     max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=stop,
+                                     pad_token_id=pad)[:, width:].tolist()
+                for row in new:
+                    ends = [k for k, t in enumerate(row) if t in stop]
+                    out.append(row[:ends[0] + 1] if ends else row)
+        finally:
+            model.train(was_training)
+        return out
+    return generate_fn
+
+
+def tool_prompt_ids(tokenizer, question: str, with_tool: bool = True) -> list[int]:
+    """The chat prompt for ``question`` as ids, with the tool listed (``with_tool``) or not."""
+    return list(tokenizer.apply_chat_template([{"role": "user", "content": question}],
+                                              tools=[calc] if with_tool else None, add_generation_prompt=True,
+                                              tokenize=True, return_dict=False))
+
+
+def last_turn(tokenizer, row: Rollout) -> str:
+    """The text of a rollout's last assistant turn (after the last tool result, if any)."""
+    return tokenizer.decode(row.completion_ids, skip_special_tokens=False).split("<|im_start|>assistant\n")[-1]
+
+
+def evaluate_tool_use(model, tokenizer, problems: list[dict], *, with_tool: bool = True, max_completion_length: int,
+                      max_calls: int = 1) -> dict:
+    """Greedy accuracy on ``problems`` with the calculator (``max_calls`` rounds of calls) or without it (the tool
+    neither listed nor run). Pass the recipe's budget, as training uses it.
+
+    Returns ``{"accuracy", "calls", "failed_calls", "n", "correct", "rollouts"}``: calls and failed calls per problem.
+    """
+    prompts = [tool_prompt_ids(tokenizer, p["question"], with_tool) for p in problems]
+    rows = rollout(greedy_generate_fn(model, tokenizer), tokenizer, prompts, {"calc": calc} if with_tool else {},
+                   max_completion_length=max_completion_length, max_calls=max_calls if with_tool else 0,
+                   max_positions=getattr(model.config, "max_position_embeddings", None))
+    correct = [extract_answer(last_turn(tokenizer, r)) == p["answer"] for p, r in zip(problems, rows)]
+    n = len(problems)
+    return {"accuracy": sum(correct) / n, "calls": sum(r.calls for r in rows) / n,
+            "failed_calls": sum(r.failed_calls for r in rows) / n, "n": n, "correct": correct, "rollouts": rows}

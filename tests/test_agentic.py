@@ -71,10 +71,19 @@ def test_the_response_parser_reads_calls_back(tool_tokenizer):
     assert parsed["tool_calls"] == [call]
 
 
-def test_parse_calls():
-    text = "a<tool_call>calc(expr=1+2)</tool_call>b<tool_call>calc(1+2)</tool_call><tool_call>oops</tool_call>"
-    assert agentic.parse_calls(text) == [("calc", {"expr": "1+2"}), None]
-    assert agentic.parse_calls("<answer>3</answer>") == [] and agentic.parse_calls(None) == []
+def test_read_calls_reads_what_the_parser_reads(tool_tokenizer):
+    tok = tool_tokenizer
+    prefix = agentic.tool_prompt_ids(tok, "What is 1 plus 2?")
+    ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]
+    assert agentic.read_calls(tok, ids("<tool_call>calc(expr=1+2)</tool_call><|im_end|>"), prefix) == [
+        ("calc", {"expr": "1+2"})]
+    assert agentic.read_calls(tok, ids("<tool_call>calc(1+2)</tool_call><|im_end|>"), prefix) == [("calc", {})]
+    for text in ["<answer>3</answer><|im_end|>", "<tool_call>oops</tool_call><|im_end|>", ""]:
+        assert agentic.read_calls(tok, ids(text), prefix) == []          # plain text, as TRL's loop reads it
+    # a call cut off by the budget is still read (the parser streams): TRL's loop would run it too
+    assert agentic.read_calls(tok, ids("<tool_call>calc("), prefix) == [("calc", {})]
+    two = "a<tool_call>calc(expr=1+2)</tool_call>b<tool_call>calc(expr=3)</tool_call><|im_end|>"
+    assert agentic.read_calls(tok, ids(two), prefix) == [("calc", {"expr": "1+2"}), ("calc", {"expr": "3"})]
     assert agentic.format_call("calc", expr="1+2") == "<tool_call>calc(expr=1+2)</tool_call>"
 
 
@@ -82,8 +91,10 @@ def test_run_call_turns_every_failure_into_a_failed_call():
     tools = {"calc": agentic.calc, "boom": lambda: 1 / 0}
     assert agentic.run_call(("calc", {"expr": "2+3"}), tools) == ("5", False)
     assert agentic.run_call(("calc", {"expr": "x"}), tools) == ("error", False)   # the tool answered, with an error
-    for call in [None, ("nope", {}), ("calc", {"wrong": "1"}), ("boom", {})]:
-        assert agentic.run_call(call, tools) == ("error", True)
+    assert agentic.run_call(("nope", {}), tools) == ("{'error': 'Tool nope not found.'}", True)   # TRL's text
+    for call in [("calc", {}), ("calc", {"wrong": "1"}), ("boom", {})]:
+        text, failed = agentic.run_call(call, tools)
+        assert failed and text.startswith("{'error': ")
 
 
 def _scripted(tok, turns):
@@ -126,9 +137,9 @@ def test_rollout_masks_the_tool_tokens_and_caps_the_calls(tool_tokenizer):
     assert set(b.tool_mask) == {1} and b.calls == 0
     # row c: the second call is past the cap (max_calls=1): it stays unrun text, the rollout ends
     assert c.calls == 1 and tok.decode(c.completion_ids).endswith("<tool_call>calc(expr=2+2)</tool_call><|im_end|>")
-    # row d: a malformed call fails (error result) and the rollout goes on
+    # row d: a call without its argument's name fails (calc() is missing expr) and the rollout goes on
     assert (d.calls, d.failed_calls) == (1, 1)
-    assert "<tool_response>error</tool_response>" in tok.decode(d.completion_ids)
+    assert "<tool_response>{'error': " in tok.decode(d.completion_ids)
     assert calls["n"] == 2   # one generation per round, for the rows that called a tool
 
 
@@ -139,3 +150,57 @@ def test_rollout_stops_a_row_whose_tool_turn_would_not_fit(tool_tokenizer):
     first = len(tok("<tool_call>calc(expr=347+586)</tool_call><|im_end|>", add_special_tokens=False)["input_ids"])
     (row,) = agentic.rollout(generate_fn, tok, prompts, {"calc": agentic.calc}, max_completion_length=first + 5)
     assert row.truncated and row.calls == 1 and len(row.completion_ids) == first and set(row.tool_mask) == {1}
+
+
+def test_rollout_respects_the_context_and_a_full_budget(tool_tokenizer):
+    tok = tool_tokenizer
+    turn = "<tool_call>calc(expr=347+586)</tool_call><|im_end|>"
+    first = len(tok(turn, add_special_tokens=False)["input_ids"])
+    suffix = len(agentic.tool_suffix_ids(tok, [{"role": "tool", "name": "calc", "content": "933"}]))
+    generate_fn, prompts, calls = _scripted(tok, [[turn]])
+    prompts.append([1, 2, 3])
+    (row,) = agentic.rollout(generate_fn, tok, prompts, {"calc": agentic.calc}, max_completion_length=200,
+                             max_positions=3 + first + suffix)   # the tool turn would reach the model's context
+    assert row.truncated and set(row.tool_mask) == {1} and calls["n"] == 1
+    generate_fn, prompts, calls = _scripted(tok, [[turn]])
+    prompts.append([1, 2, 3])
+    (row,) = agentic.rollout(generate_fn, tok, prompts, {"calc": agentic.calc}, max_completion_length=first + suffix)
+    assert row.tool_mask == [1] * first + [0] * suffix and calls["n"] == 1   # no generation of 0 new tokens
+
+
+def test_rewards_read_the_last_assistant_turn_never_the_tool():
+    done = [{"role": "assistant", "content": "", "tool_calls": []}, {"role": "tool", "name": "calc", "content": "933"},
+            {"role": "assistant", "content": "<answer>933</answer>"}]
+    cut = done[:2]                                   # the post-tool turn was truncated away: the tool's text is last
+    wrong = done[:2] + [{"role": "assistant", "content": "<answer>932</answer>"}]
+    assert agentic.answer_reward([done, cut, wrong, "<answer>933</answer>", None, 42], ["933"] * 6) == [
+        1.0, 0.0, 0.0, 1.0, 0.0, 0.0]
+    assert agentic.final_answer(cut) is None
+    assert agentic.call_reward([done, done[:1], "text", None]) == [1.0, 0.0, 0.0, 0.0]
+
+
+def test_demo_rows_render_with_the_schema_grpo_prompts_with(tool_tokenizer):
+    import json
+    problem = {"question": "What is 347 plus 586?", "a": 347, "b": 586, "answer": "933"}
+    row = agentic.demo_row(problem)
+    text = tool_tokenizer.apply_chat_template(row["messages"], tools=json.loads(row["tools"]), tokenize=False)
+    prompt = tool_tokenizer.decode(agentic.tool_prompt_ids(tool_tokenizer, problem["question"]))
+    assert text.startswith(prompt.removesuffix("<|im_start|>assistant\n"))
+    assert text.endswith("<tool_response>933</tool_response><|im_end|>\n<|im_start|>assistant\n"
+                         "<answer>933</answer><|im_end|>\n")
+    assert agentic.prompt_rows([problem]) == [{"prompt": [{"role": "user", "content": problem["question"]}],
+                                               "answer": "933"}]
+
+
+def test_greedy_generate_fn_stops_at_the_end_of_the_turn(tool_tokenizer):
+    from course_utils import modeling
+    model = modeling.build_model(tool_tokenizer, seed=0)
+    generate_fn = agentic.greedy_generate_fn(model, tool_tokenizer, batch_size=2)
+    prompts = [agentic.tool_prompt_ids(tool_tokenizer, q) for q in ("What is 1 plus 2?", "Add 3 and 4.", "x")]
+    out = generate_fn(prompts, 7)
+    assert len(out) == 3 and all(1 <= len(o) <= 7 for o in out)
+    eos = tool_tokenizer.eos_token_id
+    assert all(eos not in o[:-1] for o in out) and model.training   # cut after the first end; mode restored
+    ev = agentic.evaluate_tool_use(model, tool_tokenizer, [{"question": "What is 1 plus 2?", "answer": "3"}] * 2,
+                                   max_completion_length=8, max_calls=1)
+    assert ev["n"] == 2 and 0 <= ev["accuracy"] <= 1 and len(ev["rollouts"]) == 2
