@@ -17,12 +17,13 @@ rollout loop written out so that its masks can be compared with TRL's own (``_to
   the turn ends, run the calls it holds, append their results as the template writes them, continue, at most
   ``max_calls`` rounds — with the completion's **tool mask**: 0 on the tokens the tool wrote (the policy did not
   choose them), 1 on the model's. It follows TRL's ``_tool_call_loop`` rule for rule (calls read by TRL's parser
-  wrapper, errors written as TRL writes them, the same budget and context rollbacks): greedy, on 8 prompts with a
-  cold-started tiny model, its ids and tool masks equalled TRL's ``_generate`` exactly (a notebook-12 draft, seed
-  1234).
-* :func:`demo_row`, :func:`prompt_rows`, :func:`answer_reward`, :func:`call_reward`, :func:`greedy_generate_fn`,
-  :func:`evaluate_tool_use`: demonstrations, GRPO rows, rewards that read the last assistant turn, and greedy
-  accuracy with or without the tool.
+  wrapper, errors written as TRL writes them, the same budget and context rollbacks): greedy, on 16 rollouts of the
+  cold-started tiny model, its ids and tool masks equal those of TRL's own generation batch (notebook 12 checks it).
+* :func:`demo_row`, :func:`direct_row`, :func:`cold_start_rows`, :func:`prompt_rows`, :func:`answer_reward`,
+  :func:`call_reward`, :func:`greedy_generate_fn`, :func:`evaluate_tool_use`, :func:`figures`: demonstrations with
+  and without a call, GRPO rows, rewards that read the last assistant turn, and greedy accuracy with or without the
+  tool; :func:`trl_rollouts`, :func:`rollout_batch`, :func:`logp_by_source` and :func:`no_tool_mask_class` for the
+  comparison with TRL, the tool's log-probs and the run without the tool mask.
 """
 from __future__ import annotations
 
@@ -287,6 +288,24 @@ def demo_row(problem: dict) -> dict:
             "tools": json.dumps([get_json_schema(calc)])}
 
 
+def direct_row(problem: dict) -> dict:
+    """A demonstration that answers directly, without calling the tool (the tools still listed): the habit of a
+    model that never had one."""
+    row = demo_row(problem)
+    return {"messages": [row["messages"][0], {"role": "assistant", "content": f"<answer>{problem['answer']}</answer>"}],
+            "tools": row["tools"]}
+
+
+def cold_start_rows(problems: list[dict], direct_share: float, seed: int) -> list[dict]:
+    """Cold-start SFT rows: ``round(direct_share * n)`` of ``problems`` answered directly (:func:`direct_row`), the
+    rest with a call (:func:`demo_row`), shuffled with ``seed``."""
+    import random
+    n_direct = round(direct_share * len(problems))
+    rows = [direct_row(p) if i < n_direct else demo_row(p) for i, p in enumerate(problems)]
+    random.Random(seed).shuffle(rows)
+    return rows
+
+
 def prompt_rows(problems: list[dict]) -> list[dict]:
     """``{"prompt": [user message], "answer"}`` rows for TRL's ``GRPOTrainer`` (conversational prompts: its tool
     loop needs messages)."""
@@ -319,31 +338,23 @@ def greedy_generate_fn(model, tokenizer, batch_size: int = 100) -> Callable[[lis
     cut after its first end-of-turn token."""
     import torch
 
-    from .generation import eos_token_ids
+    from .generation import _pad_and_stack, eos_token_ids, eval_mode
     stop, pad = eos_token_ids(tokenizer, model), tokenizer.pad_token_id   # the ids TRL stops and cuts at
 
     @torch.no_grad()
     def generate_fn(inputs: list[list[int]], max_new_tokens: int) -> list[list[int]]:
-        was_training = model.training
-        model.eval()
         out = []
-        try:
+        with eval_mode(model):
             for start in range(0, len(inputs), batch_size):
-                chunk = inputs[start:start + batch_size]
-                width = max(map(len, chunk))
-                ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-                mask = torch.zeros_like(ids)
-                for i, row in enumerate(chunk):
-                    ids[i, width - len(row):] = torch.tensor(row)
-                    mask[i, width - len(row):] = 1
+                chunk = [torch.tensor([row]) for row in inputs[start:start + batch_size]]   # (1, T_i) each
+                ids = _pad_and_stack(chunk, pad, left=True)
+                mask = _pad_and_stack([torch.ones_like(row) for row in chunk], 0, left=True)
                 new = model.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
                                      max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=stop,
-                                     pad_token_id=pad)[:, width:].tolist()
+                                     pad_token_id=pad)[:, ids.size(1):].tolist()
                 for row in new:
                     ends = [k for k, t in enumerate(row) if t in stop]
                     out.append(row[:ends[0] + 1] if ends else row)
-        finally:
-            model.train(was_training)
         return out
     return generate_fn
 
@@ -365,7 +376,8 @@ def evaluate_tool_use(model, tokenizer, problems: list[dict], *, with_tool: bool
     """Greedy accuracy on ``problems`` with the calculator (``max_calls`` rounds of calls) or without it (the tool
     neither listed nor run). Pass the recipe's budget, as training uses it.
 
-    Returns ``{"accuracy", "calls", "failed_calls", "n", "correct", "rollouts"}``: calls and failed calls per problem.
+    Returns ``{"accuracy", "calls", "failed_calls", "called_share", "called_accuracy", "n", "correct", "rollouts"}``:
+    calls and failed calls per problem, the share of problems with a call and the accuracy on those (NaN: none).
     """
     prompts = [tool_prompt_ids(tokenizer, p["question"], with_tool) for p in problems]
     rows = rollout(greedy_generate_fn(model, tokenizer), tokenizer, prompts, {"calc": calc} if with_tool else {},
@@ -373,5 +385,79 @@ def evaluate_tool_use(model, tokenizer, problems: list[dict], *, with_tool: bool
                    max_positions=getattr(model.config, "max_position_embeddings", None))
     correct = [extract_answer(last_turn(tokenizer, r)) == p["answer"] for p, r in zip(problems, rows)]
     n = len(problems)
+    called = [ok for ok, r in zip(correct, rows) if r.calls]
     return {"accuracy": sum(correct) / n, "calls": sum(r.calls for r in rows) / n,
-            "failed_calls": sum(r.failed_calls for r in rows) / n, "n": n, "correct": correct, "rollouts": rows}
+            "failed_calls": sum(r.failed_calls for r in rows) / n,
+            "called_share": len(called) / n, "called_accuracy": sum(called) / len(called) if called else float("nan"),
+            "n": n, "correct": correct, "rollouts": rows}
+
+
+def figures(result: dict) -> dict:
+    """The scalar figures of an :func:`evaluate_tool_use` result (for ``experiment.Runs.add``)."""
+    return {k: result[k] for k in ("accuracy", "calls", "failed_calls", "called_share", "called_accuracy")}
+
+
+def logp_by_source(logps, batch: dict, tokenizer) -> dict:
+    """Mean per-token log-prob of a batch's completions (``logps``: ``(B, C)``, e.g. ``grpo.batch_logps``) split by
+    who wrote the token: ``"model"`` (tool mask 1), ``"tool"`` (tool mask 0: the template's tool turn and the result)
+    and ``"tool_digits"`` (the digits of the tool's result). ``batch``: TRL's layout (:func:`rollout_batch`)."""
+    import torch
+    mask = batch["completion_mask"].bool()
+    tool = mask & (batch["tool_mask"] == 0)
+    digits = torch.tensor([[t.isdigit() for t in tokenizer.convert_ids_to_tokens(row)]
+                           for row in batch["completion_ids"].tolist()], dtype=torch.bool)
+    parts = {"model": mask & (batch["tool_mask"] == 1), "tool": tool, "tool_digits": tool & digits}
+    return {k: logps[m].mean().item() if m.any() else float("nan") for k, m in parts.items()}
+
+
+# --------------------------------------------------------------------------- TRL's side, for comparison
+def trl_rollouts(batch: dict) -> list[Rollout]:
+    """The rows of a TRL generation batch (``grpo.trl_generation_batch`` on a ``GRPOTrainer`` with tools) as
+    :class:`Rollout` s: each prompt without its left padding, each completion up to its mask's end, with TRL's
+    ``tool_mask`` (all ones where TRL returned none), so that they compare with :func:`rollout`'s."""
+    rows = []
+    tool_mask = batch.get("tool_mask")
+    for i in range(batch["completion_ids"].size(0)):
+        prompt = batch["prompt_ids"][i][batch["prompt_mask"][i].bool()].tolist()
+        n = int(batch["completion_mask"][i].sum())
+        ids = batch["completion_ids"][i][:n].tolist()
+        mask = tool_mask[i][:n].tolist() if tool_mask is not None else [1] * n
+        rows.append(Rollout(prompt_ids=prompt, completion_ids=ids, tool_mask=[int(m) for m in mask]))
+    return rows
+
+
+def no_tool_mask_class(base):
+    """A subclass of the GRPO trainer class ``base`` that trains on the tool's tokens too: TRL's ``tool_mask`` is
+    dropped from every batch and the loss's token count recounted over the whole completion. For notebook 12's
+    measured mistake only; never train this way."""
+
+    class NoToolMaskGRPOTrainer(base):
+        def _generate_and_score_completions(self, inputs):
+            batch = super()._generate_and_score_completions(inputs)
+            if batch.pop("tool_mask", None) is not None:   # TRL counted only the model's tokens: count them all
+                batch["num_items_in_batch"] = self.accelerator.gather(batch["completion_mask"].sum()).sum()
+            return batch
+
+    return NoToolMaskGRPOTrainer
+
+
+def rollout_batch(rows: list[Rollout], pad_id: int) -> dict:
+    """Rollouts as tensors in TRL's layout: ``prompt_ids``/``prompt_mask`` left-padded, ``completion_ids``/
+    ``completion_mask``/``tool_mask`` right-padded (``tool_mask`` 1 on padding, as TRL pads it). With
+    ``grpo.batch_logps`` it gives the per-token log-probs of the course's own rollouts."""
+    import torch
+    width_p = max(len(r.prompt_ids) for r in rows)
+    width_c = max(len(r.completion_ids) for r in rows)
+    out = {"prompt_ids": torch.full((len(rows), width_p), pad_id), "prompt_mask": torch.zeros(len(rows), width_p),
+           "completion_ids": torch.full((len(rows), width_c), pad_id),
+           "completion_mask": torch.zeros(len(rows), width_c), "tool_mask": torch.ones(len(rows), width_c)}
+    for i, r in enumerate(rows):
+        p, c = len(r.prompt_ids), len(r.completion_ids)
+        out["prompt_ids"][i, width_p - p:] = torch.tensor(r.prompt_ids)
+        out["prompt_mask"][i, width_p - p:] = 1
+        out["completion_ids"][i, :c] = torch.tensor(r.completion_ids, dtype=torch.long)
+        out["completion_mask"][i, :c] = 1
+        out["tool_mask"][i, :c] = torch.tensor(r.tool_mask, dtype=torch.float)
+    for key in ("prompt_mask", "completion_mask", "tool_mask"):
+        out[key] = out[key].long()
+    return out

@@ -35,7 +35,7 @@ from typing import Iterable
 from .paths import data_dir
 
 # Bump when the generator changes; data/README.md and the tests quote it.
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3
 GENERATOR_SEED = 20261129  # fixed on purpose: the data is part of the course, not of a run
 SPLITS = ("train", "validation", "test")
 N_TEST_PAIRS = 300
@@ -123,6 +123,34 @@ def generate_problems() -> dict[str, list[dict]]:
         rng.shuffle(pairs)
         out[split] = [make_problem(a, b, rng, split, i) for i, (a, b) in enumerate(pairs)]
     return out
+
+
+# --------------------------------------------------------------------------- three-digit sums for the tool (12)
+TOOL_LOW, TOOL_HIGH = 100, 999
+TOOL_SPLIT_SIZES = {"train": 3000, "validation": 300, "test": 300}
+
+
+def generate_tool_problems() -> dict[str, list[dict]]:
+    """Three-digit sums (``100 <= a, b <= 999``) asked with :data:`QUESTION_TEMPLATES`, for notebook 12's calculator.
+
+    No pair appears twice, in a split or across splits, and every other sum of the course's data has two two-digit
+    operands: the model never saw a sum like these, and fails them alone. The rows have the arithmetic problems'
+    fields without a ``completion`` (12's demonstrations are built by ``agentic.demo_row`` and ``direct_row``).
+    """
+    rng = random.Random(f"{GENERATOR_SEED}-tool")
+    pairs, seen = [], set()
+    while len(pairs) < sum(TOOL_SPLIT_SIZES.values()):
+        pair = (rng.randint(TOOL_LOW, TOOL_HIGH), rng.randint(TOOL_LOW, TOOL_HIGH))
+        if pair not in seen:
+            seen.add(pair)
+            pairs.append(pair)
+    out, start = {}, 0
+    for split in ("test", "validation", "train"):
+        chunk = pairs[start:start + TOOL_SPLIT_SIZES[split]]
+        start += len(chunk)
+        out[split] = [{k: v for k, v in make_problem(a, b, rng, split, i).items() if k != "completion"}
+                      for i, (a, b) in enumerate(chunk)]
+    return {split: out[split] for split in SPLITS}
 
 
 # --------------------------------------------------------------------------- corpus
@@ -226,7 +254,7 @@ def generated_files() -> dict[str, str]:
     """File name -> exact text of every file under ``data/`` the generator owns."""
     files = {}
     for prefix, tables in (("arithmetic", generate_problems()), ("corpus", generate_corpus()),
-                           ("preferences", generate_preferences())):
+                           ("preferences", generate_preferences()), ("tool_arithmetic", generate_tool_problems())):
         for split, rows in tables.items():
             files[f"{prefix}_{split}.jsonl"] = _dump_jsonl(rows)
     return files
@@ -244,7 +272,7 @@ def write_data(out_dir: str | Path | None = None) -> list[Path]:
     return written
 
 
-DATASETS = ("arithmetic", "corpus", "preferences")
+DATASETS = ("arithmetic", "corpus", "preferences", "tool_arithmetic")
 
 
 def load_jsonl(name: str, split: str, n: int | None = None) -> list[dict]:

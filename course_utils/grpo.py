@@ -104,6 +104,7 @@ def trl_parity(trainer, n_prompts: int = 4, perturb: float = 1e-2, seed: int = 0
     3. For every ``loss_type`` and importance-sampling level, ``trainer._compute_loss``
        against :func:`losses.grpo_loss`.
 
+    With tools (TRL's multi-turn loop), the loss runs over ``completion_mask × tool_mask``, as TRL's does.
     The weights are restored afterwards. Returns a dict of ``(ours, trl)`` tensor pairs:
     ``"advantages"``, ``"logps"`` and ``"loss/<loss_type>/<level>"``, plus the batch, the rewards
     and the per-token ``"ratio"`` π_θ/π_old of the nudged policy (0 on padding).
@@ -129,6 +130,9 @@ def trl_parity(trainer, n_prompts: int = 4, perturb: float = 1e-2, seed: int = 0
         for p in trainable:
             p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * perturb)
     settings = (trainer.loss_type, trainer.importance_sampling_level)
+    loss_mask = batch["completion_mask"]   # with tools, TRL's loss skips the tool's tokens: tool_mask is 0 there
+    if batch.get("tool_mask") is not None:
+        loss_mask = loss_mask * batch["tool_mask"]
     was_training = model.training
     model.train()
     if not hasattr(trainer, "current_gradient_accumulation_steps"):
@@ -145,7 +149,7 @@ def trl_parity(trainer, n_prompts: int = 4, perturb: float = 1e-2, seed: int = 0
                     trainer.loss_type, trainer.importance_sampling_level = loss_type, level
                     theirs = trainer._compute_loss(model, batch_trl)
                     ours = grpo_loss(logps, old, batch.get("ref_per_token_logps"), batch["advantages"],
-                                     batch["completion_mask"], beta=trainer.beta, epsilon_low=trainer.epsilon_low,
+                                     loss_mask, beta=trainer.beta, epsilon_low=trainer.epsilon_low,
                                      epsilon_high=trainer.epsilon_high, loss_type=loss_type,
                                      importance_sampling_level=level,
                                      max_completion_length=trainer.max_completion_length,

@@ -122,11 +122,12 @@ def plot_pipeline(title: str = "Where each notebook sits", ax=None):
         "05": (6.0, 2.0, "#fce5cd", "RM + critic"), "06": (6.0, 1.0, "#d9ead3", "no RM, no sampling"),
         "07": (6.0, 0.0, "#ead1dc", "group advantage,\nno critic"), "08": (8.0, 0.5, "#ead1dc", ""),
         "09": (9.9, 0.5, "#d9d2e9", ""), "10": (9.9, 1.6, "#d9d2e9", "pass@k, best-of-n"),
-        "11": (8.0, -0.8, "#ead1dc", "unsloth + vLLM"),
+        "11": (8.0, -0.8, "#ead1dc", "unsloth + vLLM"), "12": (9.9, -0.8, "#ead1dc", "tool calls"),
     }
     # 02 -> 05..08 is one arrow into the shaded group below (all four start from sft_cold)
     arrows = [("01", "02"), ("02", "03"), ("03", "05"), ("07", "08"),
-              ("08", "09"), ("08", "10"), ("04", "05"), ("04", "07"), ("07", "11")]
+              ("08", "09"), ("08", "10"), ("04", "05"), ("04", "07"), ("07", "11"),
+              ("07", "12")]
     fig, ax = _ax(ax, figsize=(11, 4.2))
     boxes = {}
     for nb in NOTEBOOKS:

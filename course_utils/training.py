@@ -188,7 +188,7 @@ def simpo_trainer(model, tokenizer, profile: Profile, recipe: DPORecipe, output_
 
 def grpo_trainer(model, tokenizer, profile: Profile, recipe: GRPORecipe, output_dir: str | Path, train_rows: list[dict],
                  reward_funcs: list, logging_steps: int = 5, reward_processing_classes: list | None = None,
-                 **config_overrides):
+                 tools: list | None = None, trainer_class=None, **config_overrides):
     """TRL ``GRPOTrainer`` with a PEFT LoRA adapter (``recipe.lora_r`` > 0) on ``{"prompt", "answer"}`` rows.
 
     ``remove_unused_columns=False`` is what lets TRL hand the ``answer`` column to the
@@ -198,7 +198,10 @@ def grpo_trainer(model, tokenizer, profile: Profile, recipe: GRPORecipe, output_
     *completions*, so it is ``prompts_per_step * num_generations``. A reward function may
     be a reward model (``AutoModelForSequenceClassification``); pass its tokenizer in
     ``reward_processing_classes`` (one entry per reward function, None for plain functions).
-    ``config_overrides`` go to ``GRPOConfig`` (e.g. ``reward_weights=[1.0, 0.0]``). Dropout is
+    ``tools``: functions the policy may call (TRL's multi-turn tool loop, notebook 12), each with a Google-style
+    docstring; the tokenizer needs a chat template that renders them and a ``response_template`` that reads a call.
+    ``trainer_class``: a subclass of :func:`grpo_trainer_class` to build instead (e.g. notebook 12's run without the
+    tool mask). ``config_overrides`` go to ``GRPOConfig`` (e.g. ``reward_weights=[1.0, 0.0]``). Dropout is
     switched off (``disable_dropout=True``; TRL's default keeps it): the course's Qwen3 has none,
     a hub model such as GPT-2 would otherwise score its own samples with noise.
     """
@@ -220,9 +223,10 @@ def grpo_trainer(model, tokenizer, profile: Profile, recipe: GRPORecipe, output_
         remove_unused_columns=False, disable_dropout=True)   # TRL's default keeps a hub model's dropout
     kwargs.update(config_overrides)
     args = GRPOConfig(output_dir=str(output_dir), **profile.trainer_kwargs(**kwargs))
-    return grpo_trainer_class()(model=model, reward_funcs=list(reward_funcs), args=args,
+    return (trainer_class or grpo_trainer_class())(model=model, reward_funcs=list(reward_funcs), args=args,
                        train_dataset=Dataset.from_list(train_rows), processing_class=tokenizer,
-                       reward_processing_classes=reward_processing_classes, peft_config=peft_config)
+                       reward_processing_classes=reward_processing_classes, peft_config=peft_config,
+                       tools=tools)
 
 
 @functools.cache

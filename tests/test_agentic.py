@@ -1,5 +1,6 @@
 """The tool format, the calculator and the from-scratch multi-turn rollout (course_utils.agentic)."""
 import copy
+import json
 
 import pytest
 
@@ -204,3 +205,75 @@ def test_greedy_generate_fn_stops_at_the_end_of_the_turn(tool_tokenizer):
     ev = agentic.evaluate_tool_use(model, tool_tokenizer, [{"question": "What is 1 plus 2?", "answer": "3"}] * 2,
                                    max_completion_length=8, max_calls=1)
     assert ev["n"] == 2 and 0 <= ev["accuracy"] <= 1 and len(ev["rollouts"]) == 2
+
+
+def test_rollout_batch_and_trl_rollouts_round_trip(tool_tokenizer):
+    tok = tool_tokenizer
+    turns = [["<tool_call>calc(expr=347+586)</tool_call><|im_end|>", "<answer>933</answer><|im_end|>"],
+             ["<answer>12</answer><|im_end|>"]]
+    generate_fn, prompts, _ = _scripted(tok, turns)
+    prompts += [agentic.tool_prompt_ids(tok, "What is 347 plus 586?"), agentic.tool_prompt_ids(tok, "Add 1 and 2.")]
+    rows = agentic.rollout(generate_fn, tok, prompts, {"calc": agentic.calc}, max_completion_length=96)
+    batch = agentic.rollout_batch(rows, tok.pad_token_id)
+    assert batch["completion_ids"].shape == batch["tool_mask"].shape == batch["completion_mask"].shape
+    assert batch["prompt_mask"][1, 0] == 0 or len(prompts[1]) == len(prompts[0])   # prompts padded on the left
+    assert batch["tool_mask"][1].tolist() == [1] * batch["tool_mask"].size(1)      # no call: every token the model's
+    back = agentic.trl_rollouts(batch)
+    assert [(r.prompt_ids, r.completion_ids, r.tool_mask) for r in back] == \
+           [(r.prompt_ids, r.completion_ids, r.tool_mask) for r in rows]
+    # the loss mask is zero exactly on the tool's tokens
+    loss_mask = (batch["completion_mask"] * batch["tool_mask"])[0]
+    tool_text = tok.decode([t for t, m in zip(rows[0].completion_ids, loss_mask.tolist()) if not m])
+    assert tool_text == "\n<|im_start|>user\n<tool_response>933</tool_response><|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_no_tool_mask_class_drops_the_mask_and_recounts_the_tokens():
+    import torch
+
+    class Base:
+        accelerator = type("Acc", (), {"gather": staticmethod(lambda t: t)})()
+
+        def _generate_and_score_completions(self, inputs):
+            mask = torch.tensor([[1, 1, 1, 0]])
+            tool = torch.tensor([[1, 0, 1, 1]])
+            return {"completion_mask": mask, "tool_mask": tool, "num_items_in_batch": (mask * tool).sum()}
+
+    batch = agentic.no_tool_mask_class(Base)()._generate_and_score_completions(None)
+    assert "tool_mask" not in batch and int(batch["num_items_in_batch"]) == 3
+
+
+
+def test_cold_start_rows_mix_direct_answers_and_calls(tool_tokenizer):
+    problems = [{"question": f"What is {a} plus 100?", "a": a, "b": 100, "answer": str(a + 100)}
+                for a in range(100, 108)]
+    rows = agentic.cold_start_rows(problems, 0.75, seed=0)
+    calls = [r for r in rows if any(m.get("tool_calls") for m in r["messages"])]
+    assert len(rows) == 8 and len(calls) == 2
+    direct = [r for r in rows if r not in calls]
+    assert all(r["messages"][-1]["content"] == f"<answer>{int(r['messages'][0]['content'].split()[2]) + 100}</answer>"
+               for r in direct)
+    text = tool_tokenizer.apply_chat_template(direct[0]["messages"], tools=json.loads(direct[0]["tools"]),
+                                              tokenize=False)
+    assert text.startswith("<|im_start|>system\nTools: calc(expr)") and "<tool_call>" not in text
+    assert agentic.cold_start_rows(problems, 0.75, seed=0) == rows
+
+
+def test_logp_by_source_splits_the_model_the_tool_and_its_digits(tool_tokenizer):
+    import math
+
+    import torch
+    tok = tool_tokenizer
+    generate_fn, prompts, _ = _scripted(tok, [["<tool_call>calc(expr=347+586)</tool_call><|im_end|>",
+                                               "<answer>933</answer><|im_end|>"]])
+    prompts.append(agentic.tool_prompt_ids(tok, "What is 347 plus 586?"))
+    rows = agentic.rollout(generate_fn, tok, prompts, {"calc": agentic.calc}, max_completion_length=96)
+    batch = agentic.rollout_batch(rows, tok.pad_token_id)
+    tokens = tok.convert_ids_to_tokens(rows[0].completion_ids)
+    logps = torch.tensor([[-1.0 if m else (-5.0 if t.isdigit() else -3.0)
+                           for t, m in zip(tokens, rows[0].tool_mask)]])
+    parts = agentic.logp_by_source(logps, batch, tok)
+    assert parts["model"] == -1.0 and parts["tool_digits"] == -5.0 and -5.0 < parts["tool"] < -3.0
+    ev = {"accuracy": 0.5, "calls": 1.0, "failed_calls": 0.0, "called_share": 0.0, "called_accuracy": math.nan,
+          "n": 2, "correct": [True, False], "rollouts": rows}
+    assert set(agentic.figures(ev)) == {"accuracy", "calls", "failed_calls", "called_share", "called_accuracy"}
+

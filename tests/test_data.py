@@ -125,3 +125,16 @@ def test_relative_folder_variables_are_taken_from_the_repository_root(tmp_path, 
     assert paths.artifacts_root() == tmp_path / "elsewhere"
     monkeypatch.delenv("COURSE_ARTIFACTS")
     assert paths.artifacts_root() == tmp_path / "repo" / "artifacts"
+
+
+def test_tool_problems_are_three_digit_disjoint_and_never_elsewhere():
+    splits = {s: data.load_jsonl("tool_arithmetic", s) for s in data.SPLITS}
+    assert {s: len(r) for s, r in splits.items()} == data.TOOL_SPLIT_SIZES
+    pairs = [{(p["a"], p["b"]) for p in rows} for rows in splits.values()]
+    assert sum(map(len, pairs)) == sum(data.TOOL_SPLIT_SIZES.values())   # no pair twice, in a split or across
+    for rows in splits.values():
+        for p in rows:
+            assert 100 <= p["a"] <= 999 and 100 <= p["b"] <= 999 and p["answer"] == str(p["a"] + p["b"])
+            assert str(p["a"]) in p["question"] and str(p["b"]) in p["question"] and "completion" not in p
+    arithmetic = data.load_jsonl("arithmetic", "train")
+    assert max(max(p["a"], p["b"]) for p in arithmetic) <= 99   # the course's other sums: two-digit operands only

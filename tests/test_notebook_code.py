@@ -17,7 +17,8 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 # scripts/count_bookkeeping.py at commit 9512395, before the experiment layer: 1,447 bookkeeping lines
 BOOKKEEPING_BEFORE = 1447
 # calls that measure a model: a notebook calls them, it does not wrap them in its own helper
-MEASURING = {"evaluate", "evaluate_arithmetic", "pass_at_k", "kl_to_reference", "greedy_accuracy", "score_texts"}
+MEASURING = {"evaluate", "evaluate_arithmetic", "pass_at_k", "kl_to_reference", "greedy_accuracy", "score_texts",
+             "evaluate_tool_use", "batch_logps", "logp_by_source"}
 PRINTING = {"print", "display", "Markdown", "show_markdown"}
 
 
