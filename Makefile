@@ -60,11 +60,11 @@ SEEDS ?= 1234 7 3
 seeds: install
 	@start=$$(date +%s); $(OFFLINE) $(PY) -m course_utils.seeds $(SEEDS); rc=$$?; echo "make seeds took $$(( $$(date +%s) - start )) s"; exit $$rc
 
-# Notebooks 02-11 on two tiny models of other families (Llama-style without pad token or chat template, GPT-2-style),
+# Notebooks 02-12 on two tiny models of other families (Llama-style without pad token or chat template, GPT-2-style),
 # built offline, at the smoke scale (COURSE_SCALE=smoke): each must run, record its results and print NOT CHECKED.
 # Writes build/MATRIX.md. FAMILIES="llama" or NOTEBOOKS="02 07" for part of it; `make test` runs a part.
 FAMILIES ?= llama gpt2
-NOTEBOOKS ?= 02 03 04 05 06 07 08 09 10 11
+NOTEBOOKS ?= 02 03 04 05 06 07 08 09 10 11 12
 matrix: install
 	@start=$$(date +%s); $(OFFLINE) $(PY) -m course_utils.matrix --families $(FAMILIES) --notebooks $(NOTEBOOKS); rc=$$?; echo "make matrix took $$(( $$(date +%s) - start )) s"; exit $$rc
 

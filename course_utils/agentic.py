@@ -7,7 +7,7 @@ rollout loop written out so that its masks can be compared with TRL's own (``_to
   (as the course's think/answer tags are), the embeddings resized to match.
 * :data:`TOOL_CHAT_TEMPLATE`: the course's chat template plus a system line listing the tools, an assistant turn that
   may hold tool calls (inside ``{% generation %}``, so SFT trains on them) and a tool turn that returns a result. A
-  call is written compactly, ``<tool_call>calc(expr=347+586)</tool_call>`` (16 tokens, against about 50 for Qwen3's
+  call is written compactly, ``<tool_call>calc(expr=23+45+67)</tool_call>`` (20 tokens, against about 50 for Qwen3's
   JSON): a model of 0.5M parameters has 256 positions.
 * :data:`RESPONSE_TEMPLATE`: how ``tokenizer.parse_response`` reads a call back out of generated text (TRL raises at
   construction for a template it does not know, so the course sets its own); :func:`use_tool_format` installs both.
@@ -132,7 +132,7 @@ def calc(expr: str) -> str:
     Evaluate an integer arithmetic expression with +, - and *.
 
     Args:
-        expr: The expression, for example 347+586
+        expr: The expression, for example 23+45+67
     """
     if not isinstance(expr, str) or len(expr) > MAX_EXPRESSION_CHARS:
         return "error"
@@ -143,8 +143,8 @@ def calc(expr: str) -> str:
 
 
 def format_call(name: str, **arguments) -> str:
-    """A call as the template writes it: ``format_call("calc", expr="347+586")`` ->
-    ``<tool_call>calc(expr=347+586)</tool_call>``."""
+    """A call as the template writes it: ``format_call("calc", expr="23+45+67")`` ->
+    ``<tool_call>calc(expr=23+45+67)</tool_call>``."""
     args = ",".join(f"{k}={v}" for k, v in arguments.items())
     return f"{TOOL_CALL_OPEN}{name}({args}){TOOL_CALL_CLOSE}"
 
@@ -153,7 +153,7 @@ def read_calls(tokenizer, ids: list[int], prefix: list[int]) -> list[tuple[str, 
     """The tool calls in one generated turn ``ids`` (``prefix``: the ids before it), read exactly as TRL's tool loop
     reads them: the tokenizer's response parser through TRL's wrapper (``trl.chat_template_utils.parse_response``),
     whose fallback makes text it cannot read as a call plain text, not a call. A call's arguments are whatever the
-    parser found (missing ones as ``{}``), so ``calc(347+586)`` is the call ``calc()``, which fails when run."""
+    parser found (missing ones as ``{}``), so ``calc(23+45+67)`` is the call ``calc()``, which fails when run."""
     from trl.chat_template_utils import parse_response
     if not ids:   # an empty turn (a budget already spent) holds no call; the parser would read [] as a batch
         return []
@@ -279,7 +279,7 @@ def demo_row(problem: dict) -> dict:
     system line the model is trained with is the one it will be prompted with.
     """
     from transformers.utils import get_json_schema
-    expr = f"{problem['a']}+{problem['b']}"
+    expr = "+".join(map(str, problem["terms"]))
     call = {"type": "function", "function": {"name": "calc", "arguments": {"expr": expr}}}
     return {"messages": [{"role": "user", "content": problem["question"]},
                          {"role": "assistant", "content": "", "tool_calls": [call]},

@@ -88,7 +88,7 @@ NOTEBOOKS = [
     NotebookInfo("12", "agentic_rl", "Agentic RL: a model that learns to call a tool", "Agentic RL",
                  "a tool-calling chat template, a cold start with and without the tool, the multi-turn rollout and its "
                  "tool mask from scratch and against TRL's loop, GRPO that learns when to call, what goes wrong",
-                 None, built=False),
+                 9),
 ]
 
 

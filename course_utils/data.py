@@ -35,7 +35,7 @@ from typing import Iterable
 from .paths import data_dir
 
 # Bump when the generator changes; data/README.md and the tests quote it.
-GENERATOR_VERSION = 3
+GENERATOR_VERSION = 4
 GENERATOR_SEED = 20261129  # fixed on purpose: the data is part of the course, not of a run
 SPLITS = ("train", "validation", "test")
 N_TEST_PAIRS = 300
@@ -125,31 +125,57 @@ def generate_problems() -> dict[str, list[dict]]:
     return out
 
 
-# --------------------------------------------------------------------------- three-digit sums for the tool (12)
-TOOL_LOW, TOOL_HIGH = 100, 999
+# --------------------------------------------------------------------------- sums of several numbers, for the tool (12)
+TOOL_TERMS = (3, 4, 5)   # addends per sum, each two-digit (LOW..HIGH), equally often
 TOOL_SPLIT_SIZES = {"train": 3000, "validation": 300, "test": 300}
+TOOL_COUNT_WORDS = {3: "three", 4: "four", 5: "five"}
+# {n} name, {t} thing, {k} the number of addends in words; {listed} "23, 45 and 67", {expr} "23 + 45 + 67",
+# {first} the first addend and {rest} the others listed.
+TOOL_TEMPLATES = [
+    "What is {expr}?",
+    "Add {listed}.",
+    "What is the sum of {listed}?",
+    "{n} has {first} {t} and gets {rest} more. How many {t} does {n} have now?",
+    "There are {listed} {t} in {k} boxes. How many {t} are there in total?",
+    "{n} found {listed} {t} on {k} days. How many {t} did {n} find?",
+]
+
+
+def _listed(terms: list[int]) -> str:
+    return ", ".join(map(str, terms[:-1])) + f" and {terms[-1]}"
+
+
+def tool_question(terms: list[int], rng: random.Random) -> str:
+    """One of :data:`TOOL_TEMPLATES` filled with ``terms``."""
+    return rng.choice(TOOL_TEMPLATES).format(
+        n=rng.choice(NAMES), t=rng.choice(THINGS), k=TOOL_COUNT_WORDS[len(terms)], listed=_listed(terms),
+        expr=" + ".join(map(str, terms)), first=terms[0], rest=_listed(terms[1:]) if len(terms) > 2 else terms[1])
 
 
 def generate_tool_problems() -> dict[str, list[dict]]:
-    """Three-digit sums (``100 <= a, b <= 999``) asked with :data:`QUESTION_TEMPLATES`, for notebook 12's calculator.
+    """Sums of three to five two-digit numbers (:data:`TOOL_TERMS`), asked with :data:`TOOL_TEMPLATES`, for
+    notebook 12's calculator.
 
-    No pair appears twice, in a split or across splits, and every other sum of the course's data has two two-digit
-    operands: the model never saw a sum like these, and fails them alone. The rows have the arithmetic problems'
-    fields without a ``completion`` (12's demonstrations are built by ``agentic.demo_row`` and ``direct_row``).
+    No list of addends appears twice, in a split or across splits. Every other sum of the course's data has two
+    operands, so the model never learned to add three or more numbers and fails these alone; the numbers themselves
+    are the two-digit ones it reads and writes everywhere, so copying them into a call is within its reach. Rows:
+    ``id``, ``terms``, ``question``, ``answer`` (12's demonstrations are built by ``agentic.demo_row`` and
+    ``direct_row``).
     """
     rng = random.Random(f"{GENERATOR_SEED}-tool")
-    pairs, seen = [], set()
-    while len(pairs) < sum(TOOL_SPLIT_SIZES.values()):
-        pair = (rng.randint(TOOL_LOW, TOOL_HIGH), rng.randint(TOOL_LOW, TOOL_HIGH))
-        if pair not in seen:
-            seen.add(pair)
-            pairs.append(pair)
+    lists, seen = [], set()
+    while len(lists) < sum(TOOL_SPLIT_SIZES.values()):
+        terms = tuple(rng.randint(LOW, HIGH) for _ in range(TOOL_TERMS[len(lists) % len(TOOL_TERMS)]))
+        if terms not in seen:
+            seen.add(terms)
+            lists.append(terms)
+    rng.shuffle(lists)
     out, start = {}, 0
     for split in ("test", "validation", "train"):
-        chunk = pairs[start:start + TOOL_SPLIT_SIZES[split]]
+        chunk = lists[start:start + TOOL_SPLIT_SIZES[split]]
         start += len(chunk)
-        out[split] = [{k: v for k, v in make_problem(a, b, rng, split, i).items() if k != "completion"}
-                      for i, (a, b) in enumerate(chunk)]
+        out[split] = [{"id": f"{split}-{i:05d}", "terms": list(terms), "question": tool_question(list(terms), rng),
+                       "answer": str(sum(terms))} for i, terms in enumerate(chunk)]
     return {split: out[split] for split in SPLITS}
 
 

@@ -35,7 +35,7 @@ import torch
 from .paths import artifacts_root, notebook_files, repo_root
 
 FAMILIES = ("llama", "gpt2")
-MATRIX_NOTEBOOKS = ("02", "03", "04", "05", "06", "07", "08", "09", "10", "11")
+MATRIX_NOTEBOOKS = ("02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12")
 MODEL_FREE = ("04",)   # its bandits and grid worlds load no language model: its checks assert on any model
 POSITIONS = 512   # longer than any course chat (SFT truncates at 256 tokens): GPT-2's positions are learned
 

@@ -182,15 +182,16 @@ def test_rewards_read_the_last_assistant_turn_never_the_tool():
 
 def test_demo_rows_render_with_the_schema_grpo_prompts_with(tool_tokenizer):
     import json
-    problem = {"question": "What is 347 plus 586?", "a": 347, "b": 586, "answer": "933"}
+    problem = {"question": "Add 47, 86 and 12.", "terms": [47, 86, 12], "answer": "145"}
     row = agentic.demo_row(problem)
     text = tool_tokenizer.apply_chat_template(row["messages"], tools=json.loads(row["tools"]), tokenize=False)
     prompt = tool_tokenizer.decode(agentic.tool_prompt_ids(tool_tokenizer, problem["question"]))
     assert text.startswith(prompt.removesuffix("<|im_start|>assistant\n"))
-    assert text.endswith("<tool_response>933</tool_response><|im_end|>\n<|im_start|>assistant\n"
-                         "<answer>933</answer><|im_end|>\n")
+    assert "<tool_call>calc(expr=47+86+12)</tool_call>" in text
+    assert text.endswith("<tool_response>145</tool_response><|im_end|>\n<|im_start|>assistant\n"
+                         "<answer>145</answer><|im_end|>\n")
     assert agentic.prompt_rows([problem]) == [{"prompt": [{"role": "user", "content": problem["question"]}],
-                                               "answer": "933"}]
+                                               "answer": "145"}]
 
 
 def test_greedy_generate_fn_stops_at_the_end_of_the_turn(tool_tokenizer):
@@ -244,8 +245,8 @@ def test_no_tool_mask_class_drops_the_mask_and_recounts_the_tokens():
 
 
 def test_cold_start_rows_mix_direct_answers_and_calls(tool_tokenizer):
-    problems = [{"question": f"What is {a} plus 100?", "a": a, "b": 100, "answer": str(a + 100)}
-                for a in range(100, 108)]
+    problems = [{"question": f"What is {a} + 60 + 40?", "terms": [a, 60, 40], "answer": str(a + 100)}
+                for a in range(10, 18)]
     rows = agentic.cold_start_rows(problems, 0.75, seed=0)
     calls = [r for r in rows if any(m.get("tool_calls") for m in r["messages"])]
     assert len(rows) == 8 and len(calls) == 2

@@ -127,14 +127,15 @@ def test_relative_folder_variables_are_taken_from_the_repository_root(tmp_path, 
     assert paths.artifacts_root() == tmp_path / "repo" / "artifacts"
 
 
-def test_tool_problems_are_three_digit_disjoint_and_never_elsewhere():
+def test_tool_problems_sum_several_two_digit_numbers_none_twice():
     splits = {s: data.load_jsonl("tool_arithmetic", s) for s in data.SPLITS}
     assert {s: len(r) for s, r in splits.items()} == data.TOOL_SPLIT_SIZES
-    pairs = [{(p["a"], p["b"]) for p in rows} for rows in splits.values()]
-    assert sum(map(len, pairs)) == sum(data.TOOL_SPLIT_SIZES.values())   # no pair twice, in a split or across
+    lists = [{tuple(p["terms"]) for p in rows} for rows in splits.values()]
+    assert sum(map(len, lists)) == sum(data.TOOL_SPLIT_SIZES.values())   # no list twice, in a split or across
     for rows in splits.values():
+        assert {len(p["terms"]) for p in rows} == set(data.TOOL_TERMS)
         for p in rows:
-            assert 100 <= p["a"] <= 999 and 100 <= p["b"] <= 999 and p["answer"] == str(p["a"] + p["b"])
-            assert str(p["a"]) in p["question"] and str(p["b"]) in p["question"] and "completion" not in p
+            assert all(data.LOW <= t <= data.HIGH for t in p["terms"]) and p["answer"] == str(sum(p["terms"]))
+            assert all(str(t) in p["question"] for t in p["terms"]) and "completion" not in p
     arithmetic = data.load_jsonl("arithmetic", "train")
-    assert max(max(p["a"], p["b"]) for p in arithmetic) <= 99   # the course's other sums: two-digit operands only
+    assert all(set(p) >= {"a", "b"} and "terms" not in p for p in arithmetic)   # the course's other sums: two operands
