@@ -11,8 +11,14 @@ environment for both paths.
 computed densely with ordinary torch ops (autograd provides the backward). The
 tiny model's vocabulary is ~600 tokens, so materialising the logits costs nothing.
 Where Triton is present (a GPU machine) nothing is replaced.
+
+:class:`DenseDivergenceFunction` does the same for ``DistillationTrainer``'s chunked divergence kernel (forward KL,
+reverse KL or generalised JSD between the student's and the teacher's next-token distributions), which that trainer
+imports from ``trl.kernels.chunked_divergence``, a module that needs Triton to import at all.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -46,13 +52,82 @@ class DenseLogProbFunction:
         return log_probs, entropy, log_sum_sq, mean_logits, is_top1
 
 
+class DenseDivergenceFunction:
+    """Drop-in for ``trl.kernels.chunked_divergence.ChunkedDivergenceFunction`` (same ``apply`` signature), which
+    ``DistillationTrainer`` imports when it computes its loss.
+
+    With ``z = softcap(logit_scale * (hidden @ weight.T + bias)) / temperature`` for the student (``s``) and the
+    teacher (``t``), and ``p = softmax(z)``, it returns per token ``(divergence, student entropy)``: the forward
+    KL(p_t ‖ p_s) at ``beta = 0``, the reverse KL(p_s ‖ p_t) at ``beta = 1``, and between them the generalised JSD
+    ``beta·KL(p_t ‖ m) + (1 − beta)·KL(p_s ‖ m)`` with ``m = (1 − beta)·p_s + beta·p_t`` (TRL's kernel's definition,
+    and :func:`course_utils.losses.generalized_jsd`'s). The gradient reaches the student only; the entropy has none.
+    """
+
+    @staticmethod
+    def apply(student_hidden, student_weight, student_bias, teacher_hidden, teacher_weight, teacher_bias, beta,
+              temperature=1.0, student_logit_scale=1.0, student_final_logit_softcapping=None, teacher_logit_scale=1.0,
+              teacher_final_logit_softcapping=None):
+        def logits(hidden, weight, bias, scale, softcap):
+            z = torch.nn.functional.linear(hidden.float(), weight.float(), None if bias is None else bias.float())
+            z = z * scale
+            if softcap is not None:
+                z = softcap * torch.tanh(z / softcap)
+            return z / temperature                                           # (N, V)
+
+        log_ps = logits(student_hidden, student_weight, student_bias, student_logit_scale,
+                        student_final_logit_softcapping).log_softmax(-1)
+        with torch.no_grad():
+            log_pt = logits(teacher_hidden, teacher_weight, teacher_bias, teacher_logit_scale,
+                            teacher_final_logit_softcapping).log_softmax(-1)
+            entropy = -(log_ps.exp() * log_ps).sum(-1)
+
+        def kl(log_a, log_b):                                                # KL(a || b) per token
+            return (log_a.exp() * (log_a - log_b)).sum(-1)
+
+        if beta == 0.0:
+            return kl(log_pt, log_ps), entropy
+        if beta == 1.0:
+            return kl(log_ps, log_pt), entropy
+        log_m = torch.logsumexp(torch.stack([log_ps + math.log(1 - beta), log_pt + math.log(beta)]), dim=0)
+        return beta * kl(log_pt, log_m) + (1 - beta) * kl(log_ps, log_m), entropy
+
+
 def install_trl_cpu_fallback() -> bool:
-    """Give TRL the dense fallback if its Triton kernel is unavailable; True if installed."""
+    """Give TRL the dense fallbacks where its Triton kernels are unavailable; True if installed (or already).
+
+    Two kernels: the chunked log-prob (``trl.trainer.utils._ChunkedLogProbFunction``, which the GRPO, GKD and other
+    trainers use) and the chunked divergence that ``DistillationTrainer`` imports from
+    ``trl.kernels.chunked_divergence`` inside its loss. That package imports Triton at its top, so on a machine
+    without Triton the import fails; the fallback registers a module of that name holding
+    :class:`DenseDivergenceFunction` (and, if the ``trl.kernels`` package itself cannot be imported, an empty
+    package for it), so the trainer's own import finds it.
+    """
     try:
         import trl.trainer.utils as trl_utils
     except ImportError:  # TRL not installed: nothing to patch
         return False
     if getattr(trl_utils, "_ChunkedLogProbFunction", None) is None:
         trl_utils._ChunkedLogProbFunction = DenseLogProbFunction
-        return True
+    _install_divergence_fallback()
     return trl_utils._ChunkedLogProbFunction is DenseLogProbFunction
+
+
+def _install_divergence_fallback() -> None:
+    import importlib
+    import sys
+    import types
+    name = "trl.kernels.chunked_divergence"
+    if name in sys.modules:
+        return
+    try:
+        importlib.import_module(name)
+        return                                                              # Triton is here: the real kernel
+    except ImportError:
+        pass
+    if "trl.kernels" not in sys.modules:
+        package = types.ModuleType("trl.kernels")
+        package.__path__ = []                                               # a package with no files of its own
+        sys.modules["trl.kernels"] = package
+    module = types.ModuleType(name)
+    module.ChunkedDivergenceFunction = DenseDivergenceFunction
+    sys.modules[name] = module

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from .data import to_messages
-from .losses import completion_logps, grpo_advantages, grpo_loss
+from .losses import completion_logps, grpo_advantages, grpo_loss, sampler_is_weight
 
 
 def grpo_rows(problems: list[dict]) -> list[dict]:
@@ -92,7 +92,9 @@ def trl_generation_batch(trainer, n_prompts: int = 4, start: int = 0) -> tuple[d
 
 def trl_parity(trainer, n_prompts: int = 4, perturb: float = 1e-2, seed: int = 0,
                loss_types: tuple = ("grpo", "bnpo", "dr_grpo", "dapo"),
-               levels: tuple = ("token", "sequence")) -> dict:
+               levels: tuple = ("token", "sequence"), sampler_noise: float = 0.0,
+               is_mode: str = "sequence_mask", is_clip_min: float | None = None,
+               is_clip_max: float | None = 3.0) -> dict:
     """TRL's GRPO advantages, log-probs and loss on one of its own batches, and ours on the same tensors.
 
     1. :func:`trl_generation_batch` makes a batch; ours: :func:`losses.grpo_advantages`
@@ -105,6 +107,11 @@ def trl_parity(trainer, n_prompts: int = 4, perturb: float = 1e-2, seed: int = 0
        against :func:`losses.grpo_loss`.
 
     With tools (TRL's multi-turn loop), the loss runs over ``completion_mask × tool_mask``, as TRL's does.
+    With ``sampler_noise > 0``, the rollouts are treated as drawn by a sampler whose log-probs are π_old's plus
+    Gaussian noise of that scale (as vLLM's differ from the trainer's): both losses carry the weight of
+    :func:`losses.sampler_is_weight` (``is_mode``, ``is_clip_min``, ``is_clip_max``), TRL's through its own
+    ``vllm_importance_sampling_correction`` path of ``_compute_loss``, switched on for the call; ``"is_weight"`` is
+    added to the result.
     The weights are restored afterwards. Returns a dict of ``(ours, trl)`` tensor pairs:
     ``"advantages"``, ``"logps"`` and ``"loss/<loss_type>/<level>"``, plus the batch, the rewards
     and the per-token ``"ratio"`` π_θ/π_old of the nudged policy (0 on padding).
@@ -130,6 +137,7 @@ def trl_parity(trainer, n_prompts: int = 4, perturb: float = 1e-2, seed: int = 0
         for p in trainable:
             p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * perturb)
     settings = (trainer.loss_type, trainer.importance_sampling_level)
+    vllm_flags = (trainer.use_vllm, trainer.vllm_importance_sampling_correction)
     loss_mask = batch["completion_mask"]   # with tools, TRL's loss skips the tool's tokens: tool_mask is 0 there
     if batch.get("tool_mask") is not None:
         loss_mask = loss_mask * batch["tool_mask"]
@@ -144,6 +152,14 @@ def trl_parity(trainer, n_prompts: int = 4, perturb: float = 1e-2, seed: int = 0
             out["logps"] = (logps * batch["completion_mask"], trl_logps * batch["completion_mask"])
             out["ratio"] = torch.exp(logps - old) * batch["completion_mask"]          # pi_theta / pi_old per token
             batch_trl = dict(batch, old_per_token_logps=old)      # TRL reads pi_old from the batch when present
+            weight = None
+            if sampler_noise > 0:
+                noise = torch.randn(old.shape, generator=g, dtype=old.dtype) * sampler_noise
+                weight = sampler_is_weight(old, old + noise, loss_mask, is_mode, is_clip_min, is_clip_max)
+                batch_trl["importance_sampling_ratio"] = weight
+                out["is_weight"] = weight
+                # TRL applies the weight only on its vLLM path; these two flags are all _compute_loss reads of it
+                trainer.use_vllm, trainer.vllm_importance_sampling_correction = True, True
             for loss_type in loss_types:
                 for level in levels:
                     trainer.loss_type, trainer.importance_sampling_level = loss_type, level
@@ -153,10 +169,11 @@ def trl_parity(trainer, n_prompts: int = 4, perturb: float = 1e-2, seed: int = 0
                                      epsilon_high=trainer.epsilon_high, loss_type=loss_type,
                                      importance_sampling_level=level,
                                      max_completion_length=trainer.max_completion_length,
-                                     use_bias_correction_kl=trainer.args.use_bias_correction_kl)
+                                     use_bias_correction_kl=trainer.args.use_bias_correction_kl, is_weight=weight)
                     out[f"loss/{loss_type}/{level}"] = (ours, theirs.detach())
     finally:
         trainer.loss_type, trainer.importance_sampling_level = settings
+        trainer.use_vllm, trainer.vllm_importance_sampling_correction = vllm_flags
         with torch.no_grad():
             for p, s in zip(trainable, saved):
                 p.copy_(s)

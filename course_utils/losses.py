@@ -342,10 +342,53 @@ def grpo_advantages(rewards: torch.Tensor, num_generations: int, scale: str = "g
     return advantages / (std + 1e-4)
 
 
+SAMPLER_IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
+
+def sampler_is_weight(trainer_logps: torch.Tensor, sampler_logps: torch.Tensor, mask: torch.Tensor,
+                      mode: str = "sequence_mask", clip_min: float | None = None,
+                      clip_max: float | None = 3.0) -> torch.Tensor:
+    """The importance weight for rollouts drawn by a sampler that is not quite the policy being trained.
+
+    A fast RL system samples with an inference engine (vLLM: other kernels, often lower precision) or, when it is
+    asynchronous, with weights some steps old; the trainer then recomputes the log-probs of the same tokens,
+    ``trainer_logps`` (π_old), and they differ from the sampler's, ``sampler_logps`` (π_sample). The tokens were drawn
+    from π_sample, so the policy gradient of π_old's expectation needs the weight
+
+    .. math:: w = \\frac{\\pi_{old}(o)}{\\pi_{sample}(o)},
+
+    per token (``"token_*"`` modes, shape ``(B, T)``) or per completion (``"sequence_*"``, the product over its tokens:
+    the exp of the summed log-ratio, shape ``(B, 1)``). A rare token can make ``w`` huge, so it is bounded:
+    ``"*_truncate"`` clips it to ``[clip_min, clip_max]`` (truncated importance sampling: a little bias for much less
+    variance), ``"*_mask"`` sets it to 0 outside that range (the token or completion is dropped). ``None`` leaves a
+    side open. Positions where ``mask`` is 0, and sampler log-probs that are NaN (unavailable), count as a log-ratio
+    of 0. This is TRL 1.15's ``vllm_importance_sampling_correction`` (modes ``vllm_importance_sampling_mode``, bounds
+    ``vllm_importance_sampling_clip_min`` / ``_clip_max``; TRL's defaults are ``"sequence_mask"`` and 3.0), and the
+    weight multiplies the policy-gradient part of each token's loss (:func:`grpo_loss`'s ``is_weight``), not the KL
+    term. It is not PPO's clip: that bounds π_θ/π_old, what this update changes; this one bounds π_old/π_sample, how
+    far the sampler was from the trainer before any update.
+    """
+    if mode not in SAMPLER_IS_MODES:
+        raise ValueError(f"mode must be one of {SAMPLER_IS_MODES}, got {mode!r}")
+    if trainer_logps.shape != sampler_logps.shape:
+        raise ValueError(f"trainer and sampler log-probs differ in shape: {tuple(trainer_logps.shape)} vs "
+                         f"{tuple(sampler_logps.shape)}")
+    diff = torch.nan_to_num((trainer_logps - sampler_logps) * mask.to(trainer_logps.dtype), nan=0.0)
+    if mode.startswith("sequence"):
+        diff = diff.sum(-1, keepdim=True)
+    weight = torch.exp(diff)
+    if mode.endswith("truncate"):
+        return torch.clamp(weight, min=clip_min, max=clip_max)
+    low = -math.inf if clip_min is None else clip_min
+    high = math.inf if clip_max is None else clip_max
+    return weight.masked_fill((weight < low) | (weight > high), 0.0)
+
+
 def grpo_loss(logps: torch.Tensor, old_logps: torch.Tensor | None, ref_logps: torch.Tensor | None,
               advantages: torch.Tensor, mask: torch.Tensor, beta: float = 0.0, epsilon_low: float = 0.2,
               epsilon_high: float = 0.2, loss_type: str = "grpo", importance_sampling_level: str = "token",
-              max_completion_length: int | None = None, use_bias_correction_kl: bool = True) -> torch.Tensor:
+              max_completion_length: int | None = None, use_bias_correction_kl: bool = True,
+              is_weight: torch.Tensor | None = None) -> torch.Tensor:
     """The GRPO loss, as TRL 1.15 computes it on one process without gradient accumulation.
 
     .. math::
@@ -370,6 +413,9 @@ def grpo_loss(logps: torch.Tensor, old_logps: torch.Tensor | None, ref_logps: to
     * ``"dr_grpo"``: sum over the batch / (B · ``max_completion_length``), a constant;
     * ``"dapo"``: sum / number of completion tokens in the generation batch (on one
       process without accumulation the same as ``"bnpo"``); TRL 1.15's default.
+
+    ``is_weight`` (``(B, T)`` or ``(B, 1)``, from :func:`sampler_is_weight`) multiplies the clipped policy-gradient
+    term of each token, before the KL term is added, as TRL does when it corrects for its sampler.
     """
     if loss_type not in GRPO_LOSS_TYPES:
         raise ValueError(f"loss_type must be one of {GRPO_LOSS_TYPES}, got {loss_type!r}")
@@ -387,6 +433,8 @@ def grpo_loss(logps: torch.Tensor, old_logps: torch.Tensor | None, ref_logps: to
     ratio = torch.exp(log_ratio)
     adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
     per_token = -torch.min(ratio * adv, torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high) * adv)
+    if is_weight is not None:
+        per_token = per_token * is_weight
     if beta != 0.0:
         kl = kl_estimate(logps, ref_logps, "k3")
         per_token = per_token + beta * (kl * ratio if use_bias_correction_kl else kl)

@@ -292,8 +292,9 @@ def gkd_trainer(student, teacher, tokenizer, profile: Profile, recipe: DistillRe
     The loss is ``recipe.beta``'s generalised JSD between teacher and student over every
     answer token and the whole vocabulary, at temperature 1 (GKD's ``temperature`` only
     samples). ``train_rows`` are ``{"messages"}`` chats; for on-policy steps only their
-    prompts matter. TRL 1.15's stable ``DistillationTrainer`` (on-policy only) computes
-    its loss with a Triton kernel and has no CPU path, hence GKD here.
+    prompts matter. TRL 1.15's stable ``DistillationTrainer`` computes its loss with a
+    Triton kernel (on a CPU, :class:`compat.DenseDivergenceFunction` stands in) and is
+    on-policy only; GKD here, for λ.
     """
     import os
     from datasets import Dataset

@@ -321,3 +321,54 @@ def test_methods_table_reads_other_notebooks_results_and_says_what_is_missing():
            "extra": {"runs": {"(b) self-generated pairs": {"seconds": 61.0}}}}
     row = grpo.methods_table({"06_dpo": dpo}, before, after, memory, 1.0).splitlines()[3]
     assert row == "| DPO (06, self-generated pairs) | policy, reference | 14.1 | 35.3% → 53.3% | – | 61 | 1400 |"
+
+
+def _reference_is_weight(trainer, sampler, mask, mode, low, high):
+    """TRL 1.15's rule for the sampler's importance weight, in float64 NumPy, one completion at a time."""
+    trainer, sampler, mask = (np.asarray(x, dtype=np.float64) for x in (trainer, sampler, mask))
+    diff = np.nan_to_num((trainer - sampler) * mask, nan=0.0)
+    w = np.exp(diff.sum(-1, keepdims=True)) if mode.startswith("sequence") else np.exp(diff)
+    low, high = (-np.inf if low is None else low), (np.inf if high is None else high)
+    return np.clip(w, low, high) if mode.endswith("truncate") else np.where((w < low) | (w > high), 0.0, w)
+
+
+@pytest.mark.parametrize("mode", losses.SAMPLER_IS_MODES)
+@pytest.mark.parametrize("low, high", [(None, 3.0), (0.5, 2.0), (0.8, None)])
+def test_sampler_is_weight_follows_trls_rule(mode, low, high):
+    logps, old, _, _, mask = _tensors(torch.float64)
+    sampler = old.clone()
+    sampler[0, 1] = float("nan")                       # a log-prob the sampler did not return: no correction there
+    ours = losses.sampler_is_weight(old, sampler, mask, mode, low, high)
+    want = _reference_is_weight(old, sampler, mask, mode, low, high)
+    np.testing.assert_allclose(ours.numpy(), want, rtol=1e-12)
+    assert ours.shape == ((6, 1) if mode.startswith("sequence") else (6, 7))
+    same = losses.sampler_is_weight(old, old, mask, mode, low, high)      # sampler == trainer: the weight is 1
+    assert torch.all(same == 1) or (low is not None and low > 1)
+
+
+def test_sampler_is_weight_drops_or_bounds_a_rare_token():
+    old = torch.zeros(2, 3)
+    sampler = torch.tensor([[0.0, -4.0, 0.0], [0.0, 0.0, 0.0]])     # the sampler found token 1 of row 0 e^4 x rarer
+    mask = torch.ones(2, 3)
+    assert losses.sampler_is_weight(old, sampler, mask, "token_truncate")[0, 1] == 3.0
+    assert losses.sampler_is_weight(old, sampler, mask, "token_mask")[0, 1] == 0.0
+    assert losses.sampler_is_weight(old, sampler, mask, "sequence_mask").flatten().tolist() == [0.0, 1.0]
+    with pytest.raises(ValueError, match="mode"):
+        losses.sampler_is_weight(old, sampler, mask, "tokens")
+
+
+@pytest.mark.parametrize("mode", losses.SAMPLER_IS_MODES)
+def test_weighted_grpo_loss_matches_trls_vllm_correction_path(tiny_grpo, mode):
+    """The same weight in our loss and in TRL's _compute_loss (its vLLM correction branch): the same loss."""
+    trainer = tiny_grpo()
+    flags = (trainer.use_vllm, trainer.vllm_importance_sampling_correction)
+    out = grpo.trl_parity(trainer, n_prompts=2, perturb=0.05, sampler_noise=0.5, is_mode=mode, is_clip_min=0.5,
+                          is_clip_max=2.0, levels=("token",))
+    weight = out["is_weight"]
+    assert ((weight > 0) & (weight != 1)).any()          # a real test: the weight is neither all 1 nor all dropped
+    for key in [k for k in out if k.startswith("loss/")]:
+        ours, theirs = out[key]
+        torch.testing.assert_close(ours, theirs.to(ours.dtype), rtol=1e-4, atol=1e-5, msg=key)
+    assert (trainer.use_vllm, trainer.vllm_importance_sampling_correction) == flags     # restored
+    plain = grpo.trl_parity(trainer, n_prompts=2, perturb=0.05, levels=("token",))
+    assert "is_weight" not in plain
