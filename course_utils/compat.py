@@ -18,8 +18,6 @@ imports from ``trl.kernels.chunked_divergence``, a module that needs Triton to i
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
 ALL_OUTPUTS = ("log_probs", "entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
@@ -37,11 +35,7 @@ class DenseLogProbFunction:
     @staticmethod
     def apply(hidden, weight, bias, targets, temperature, chunk_size=None, final_logit_softcapping=None,
               logit_scale=1.0, outputs=ALL_OUTPUTS):
-        z = torch.nn.functional.linear(hidden.float(), weight.float(), None if bias is None else bias.float())
-        z = z * logit_scale
-        if final_logit_softcapping:
-            z = final_logit_softcapping * torch.tanh(z / final_logit_softcapping)
-        z = z / temperature                                                   # (N, V)
+        z = _head_logits(hidden, weight, bias, logit_scale, final_logit_softcapping) / temperature   # (N, V)
         logp = z.log_softmax(-1)
         log_probs = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)        # (N,)
         entropy = -(logp.exp() * logp).sum(-1) if "entropy" in outputs else None
@@ -50,6 +44,14 @@ class DenseLogProbFunction:
             mean_logits = z.mean(-1) if "mean_logits" in outputs else None
             is_top1 = (z.argmax(-1) == targets) if "is_top1" in outputs else None
         return log_probs, entropy, log_sum_sq, mean_logits, is_top1
+
+
+def _head_logits(hidden, weight, bias, logit_scale=1.0, softcap=None):
+    """``softcap(logit_scale * (hidden @ weight.T + bias))`` in float32, as TRL's kernels transform an LM head's
+    logits (before the temperature)."""
+    z = torch.nn.functional.linear(hidden.float(), weight.float(), None if bias is None else bias.float())
+    z = z * logit_scale
+    return softcap * torch.tanh(z / softcap) if softcap else z
 
 
 class DenseDivergenceFunction:
@@ -67,29 +69,15 @@ class DenseDivergenceFunction:
     def apply(student_hidden, student_weight, student_bias, teacher_hidden, teacher_weight, teacher_bias, beta,
               temperature=1.0, student_logit_scale=1.0, student_final_logit_softcapping=None, teacher_logit_scale=1.0,
               teacher_final_logit_softcapping=None):
-        def logits(hidden, weight, bias, scale, softcap):
-            z = torch.nn.functional.linear(hidden.float(), weight.float(), None if bias is None else bias.float())
-            z = z * scale
-            if softcap is not None:
-                z = softcap * torch.tanh(z / softcap)
-            return z / temperature                                           # (N, V)
-
-        log_ps = logits(student_hidden, student_weight, student_bias, student_logit_scale,
-                        student_final_logit_softcapping).log_softmax(-1)
+        from .losses import generalized_jsd
+        z_s = _head_logits(student_hidden, student_weight, student_bias, student_logit_scale,
+                           student_final_logit_softcapping)
         with torch.no_grad():
-            log_pt = logits(teacher_hidden, teacher_weight, teacher_bias, teacher_logit_scale,
-                            teacher_final_logit_softcapping).log_softmax(-1)
+            z_t = _head_logits(teacher_hidden, teacher_weight, teacher_bias, teacher_logit_scale,
+                               teacher_final_logit_softcapping)
+            log_ps = (z_s / temperature).log_softmax(-1)
             entropy = -(log_ps.exp() * log_ps).sum(-1)
-
-        def kl(log_a, log_b):                                                # KL(a || b) per token
-            return (log_a.exp() * (log_a - log_b)).sum(-1)
-
-        if beta == 0.0:
-            return kl(log_pt, log_ps), entropy
-        if beta == 1.0:
-            return kl(log_ps, log_pt), entropy
-        log_m = torch.logsumexp(torch.stack([log_ps + math.log(1 - beta), log_pt + math.log(beta)]), dim=0)
-        return beta * kl(log_pt, log_m) + (1 - beta) * kl(log_ps, log_m), entropy
+        return generalized_jsd(z_s, z_t, beta, temperature=temperature, reduction="none"), entropy
 
 
 def install_trl_cpu_fallback() -> bool:

@@ -149,7 +149,7 @@ def tool_question(terms: list[int], rng: random.Random) -> str:
     """One of :data:`TOOL_TEMPLATES` filled with ``terms``."""
     return rng.choice(TOOL_TEMPLATES).format(
         n=rng.choice(NAMES), t=rng.choice(THINGS), k=TOOL_COUNT_WORDS[len(terms)], listed=_listed(terms),
-        expr=" + ".join(map(str, terms)), first=terms[0], rest=_listed(terms[1:]) if len(terms) > 2 else terms[1])
+        expr=" + ".join(map(str, terms)), first=terms[0], rest=_listed(terms[1:]))
 
 
 def generate_tool_problems() -> dict[str, list[dict]]:

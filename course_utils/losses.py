@@ -490,8 +490,10 @@ def distillation_mix_loss(student_logits: torch.Tensor, teacher_logits: torch.Te
 
 
 def generalized_jsd(student_logits: torch.Tensor, teacher_logits: torch.Tensor, beta: float,
-                    temperature: float = 1.0, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """The divergence GKD and TRL's distillation trainers minimise, mean over (masked) positions.
+                    temperature: float = 1.0, mask: torch.Tensor | None = None,
+                    reduction: str = "mean") -> torch.Tensor:
+    """The divergence GKD and TRL's distillation trainers minimise, mean over (masked) positions
+    (``reduction="none"``: one value per position, the mask ignored).
 
     With ``p`` the teacher's and ``q`` the student's softmax at temperature T:
     ``beta = 0`` gives the forward KL(p ‖ q) (mode-covering), ``beta = 1`` the reverse
@@ -504,6 +506,8 @@ def generalized_jsd(student_logits: torch.Tensor, teacher_logits: torch.Tensor, 
     """
     if not 0.0 <= beta <= 1.0:
         raise ValueError(f"beta must lie in [0, 1], got {beta}")
+    if reduction not in ("mean", "none"):
+        raise ValueError(f"reduction must be 'mean' or 'none', got {reduction!r}")
     log_q = F.log_softmax(student_logits / temperature, dim=-1)
     log_p = F.log_softmax(teacher_logits.detach() / temperature, dim=-1)
 
@@ -517,6 +521,8 @@ def generalized_jsd(student_logits: torch.Tensor, teacher_logits: torch.Tensor, 
     else:
         log_m = torch.logsumexp(torch.stack([log_p + math.log(beta), log_q + math.log(1 - beta)]), dim=0)
         div = beta * kl(log_p, log_m) + (1 - beta) * kl(log_q, log_m)
+    if reduction == "none":
+        return div
     if mask is None:
         mask = torch.ones_like(div)
     return masked_mean(div, mask.to(div.dtype))
