@@ -22,11 +22,12 @@ experiment        around each experiment: the one rule for when a check cell ass
 ppo               the course's own PPO (TRL has none since 1.13): one function per phase
 dpo               self-generated preference pairs, implicit-reward accuracy, TRL loss parity
 grpo              GRPO rows, TRL's generation batch, advantage/log-prob/loss parity with TRL
+stale_rollouts    notebook 07: rollouts sampled by old weights, TRL's importance-sampling correction
 r1                R1-Zero's prompts, rejection sampling for the cold start and the second SFT
 distill           sequence-level, logit (GKD) and hidden-state distillation (notebook 09)
 inference_scaling notebook 10: votes, best-of-N, a PRM and a generative judge
 capstone          notebook 11: the seed's tag template, format priming rows, rewards, GRPO/vLLM configs
-agentic           notebook 12 (in progress): tool tags and template, a safe calculator, the multi-turn rollout
+agentic           notebook 12: tool tags and template, a safe calculator, the multi-turn rollout
 diagnostics       reading an RL run's log history: failure signs and their usual fixes
 plotting          figures; every function returns ``(fig, ax)``
 checks            ``compare`` from-scratch code with the library; ``show_source``
@@ -38,7 +39,7 @@ matrix            ``make matrix``: notebooks 02-11 on two other model families, 
 bench             ``make bench``: each phase timed against this machine's matmul roofline
 memory            training memory of each notebook's GPU recipe for Qwen3-0.6B/1.7B/4B: copies, activations, logits
 course            the notebook map and the English-Chinese glossary
-compat            CPU fallback for TRL 1.15's Triton-only log-prob kernel
+compat            CPU fallbacks for TRL 1.15's Triton-only log-prob and divergence kernels
 ================= ==========================================================
 
 Importing the package imports nothing heavy: TRL is imported only where a TRL

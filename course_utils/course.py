@@ -70,13 +70,14 @@ NOTEBOOKS = [
                  "what goes wrong", 9),
     NotebookInfo("07", "grpo", "GRPO: group relative policy optimisation", "GRPO",
                  "group-relative advantages without a critic, verifiable rewards, GRPOTrainer + LoRA; Dr. GRPO, DAPO, "
-                 "GSPO; reward hacking and troubleshooting", 8),
+                 "GSPO; reward hacking; stale rollouts and TRL's importance-sampling correction; troubleshooting", 13),
     NotebookInfo("08", "r1_pipeline", "The DeepSeek-R1 recipe, every stage run", "R1 pipeline",
                  "R1-Zero from the base; cold start, reasoning RL with a consistency reward, rejection sampling, SFT "
                  "with non-reasoning data, RL again; what R1 dropped", 8),
     NotebookInfo("09", "distillation", "Distillation: a student a sixth the teacher's size", "Distillation",
                  "soft and hard labels, temperature, T²·KL and the generalised JSD; sequence-level (R1-Distill), "
-                 "logit (GKD, off- and on-policy) and hidden-state distillation", 3),
+                 "logit (GKD, off- and on-policy) and hidden-state distillation; on-policy distillation with "
+                 "DistillationTrainer against SFT and GRPO at equal time", 8),
     NotebookInfo("10", "inference_scaling", "Inference-time scaling", "Inference scaling",
                  "spending compute at test time: pass@N, majority vote, best-of-N with a reward model, votes over "
                  "paraphrases, a process reward model in miniature, a DeepSeek-GRM-style generative judge with a meta RM, "

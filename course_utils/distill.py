@@ -2,8 +2,10 @@
 the teacher is (:func:`answer_confidence`, the "dark knowledge" there is to pass on), and
 intermediate-layer matching.
 
-Logit distillation runs through TRL's ``GKDTrainer`` (``training.gkd_trainer``) and
-sequence-level distillation through TRL's ``SFTTrainer`` (``training.sft_trainer``).
+Logit distillation runs through TRL's ``GKDTrainer`` (``training.gkd_trainer``), on-policy distillation through
+its stable ``DistillationTrainer`` (``training.distillation_trainer``; :func:`onpolicy_token_signal` is what the
+teacher tells the student about each token it wrote) and sequence-level distillation through TRL's ``SFTTrainer``
+(``training.sft_trainer``).
 Matching hidden states has no TRL trainer, so :func:`train_hidden_matching` is a plain
 PyTorch loop: the same cross-entropy on the teacher's answers, plus
 ``losses.hidden_state_loss`` on chosen layers.
@@ -20,7 +22,7 @@ from transformers import get_cosine_schedule_with_warmup
 from .data import to_messages
 from .chat import chat_prompt, encode_chat
 from .generation import generate
-from .losses import hidden_state_loss, masked_mean, sft_loss
+from .losses import generalized_jsd, hidden_state_loss, masked_mean, selective_log_softmax, sft_loss
 from .modeling import build_model
 from .rewards import is_correct
 
@@ -55,6 +57,50 @@ def teacher_rows(teacher, tokenizer, problems: list[dict], max_new_tokens: int =
     if all("completion" in p for p in problems):
         stats["identical_to_reference"] = sum(a == p["completion"] for a, p in zip(answers, problems)) / len(problems)
     return rows, stats
+
+
+def onpolicy_token_signal(student, teacher, batch: dict, temperature: float = 1.0) -> dict[str, torch.Tensor]:
+    """What the teacher says about every token the student sampled: on-policy distillation's dense signal.
+
+    ``batch`` holds ``prompt_ids``/``prompt_mask`` (left-padded) and ``completion_ids``/``completion_mask`` (the
+    student's samples, right-padded), as TRL's ``DistillationTrainer`` makes it. Both models read the whole sequence
+    (positions 0..T-1, as TRL's trainer runs them); at each completion position t, with q the student's and p the
+    teacher's next-token distribution at ``temperature``, returns ``(B, C)`` tensors, 0 on padding:
+
+    * ``"reverse_kl"`` — KL(q_t ‖ p_t) over the whole vocabulary (:func:`losses.generalized_jsd`, β = 1): what
+      ``DistillationTrainer`` (β = 1) averages over the completion tokens as its loss;
+    * ``"log_ratio"`` — log q(o_t) − log p(o_t) for the token o_t actually sampled: a one-sample estimate of that KL
+      (its mean over o_t ~ q is the KL). Its negative is a **per-token reward** — high where the teacher agrees with
+      the student's choice — which on-policy distillation with a policy-gradient loss uses in place of one reward
+      per answer (Thinking Machines, 2025);
+    * ``"student_logps"``, ``"teacher_logps"`` — log q(o_t) and log p(o_t).
+
+    No gradient flows (a measurement; the trainer's loss is TRL's).
+    """
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+    attention = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+    C = batch["completion_ids"].size(1)
+    mask = batch["completion_mask"].float()
+    with torch.no_grad():
+        q_logits = student(input_ids=ids, attention_mask=attention).logits[:, -C - 1:-1].float()
+        p_logits = teacher(input_ids=ids, attention_mask=attention).logits[:, -C - 1:-1].float()
+    reverse_kl = generalized_jsd(q_logits, p_logits, 1.0, temperature=temperature, reduction="none") * mask
+    q_lp = selective_log_softmax(q_logits / temperature, batch["completion_ids"]) * mask
+    p_lp = selective_log_softmax(p_logits / temperature, batch["completion_ids"]) * mask
+    return {"reverse_kl": reverse_kl, "log_ratio": q_lp - p_lp, "student_logps": q_lp, "teacher_logps": p_lp}
+
+
+def signal_table(signal: dict[str, torch.Tensor], batch: dict, tokenizer, row: int) -> str:
+    """One answer of an :func:`onpolicy_token_signal` batch token by token, as a Markdown table: the token, log q,
+    log p, the per-token reverse KL and the one-sample reward −(log q − log p)."""
+    from .experiment import markdown_table
+    n = int(batch["completion_mask"][row].sum())
+    return markdown_table({
+        "token": [tokenizer.decode([t]) for t in batch["completion_ids"][row, :n].tolist()],
+        "log q (student)": signal["student_logps"][row, :n].tolist(),
+        "log p (teacher)": signal["teacher_logps"][row, :n].tolist(),
+        "reverse KL (whole vocabulary)": signal["reverse_kl"][row, :n].tolist(),
+        "reward −(log q − log p)": (-signal["log_ratio"][row, :n]).tolist()}, index=range(1, n + 1), index_header="t")
 
 
 def encode_rows(tokenizer, rows: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

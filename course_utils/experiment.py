@@ -228,6 +228,36 @@ class Runs(dict):
                                       scale=profile.scale)
 
 
+def timed_run(runs: Runs, name: str, make_trainer: Callable, model, tokenizer, profile, steps: int, *,
+              every: int | None = None, batch_size: int | None = None, **extra) -> list[tuple[float, int, float]]:
+    """Train ``model`` with ``make_trainer(model, steps)`` and measure it against the seconds it trains.
+
+    Greedy held-out accuracy (``profile.eval_size`` test problems) is measured at the start, every ``every`` steps
+    (default: a quarter of the run) and at the end by a ``training.TimedCurveCallback``, whose clock leaves the
+    measurements out. The final model's :func:`evaluate` (pass@1 from one sample) becomes run ``name`` of ``runs``,
+    with ``steps``, the training ``seconds`` and ``extra``. Returns the curve, ``(seconds, step, accuracy)`` points.
+    """
+    from .training import TimedCurveCallback
+
+    def accuracy(m) -> float:
+        return evaluation.evaluate_arithmetic(m, tokenizer, "test", n=profile.eval_size,
+                                              max_new_tokens=profile.max_new_tokens,
+                                              **({} if batch_size is None else {"batch_size": batch_size}))["accuracy"]
+    trainer = make_trainer(model, steps)
+    curve = TimedCurveCallback(every or max(1, steps // 4), accuracy)
+    trainer.add_callback(curve)
+    trainer.train()
+    runs.add(name, evaluate(model, tokenizer, profile, k=1, batch_size=batch_size), steps=steps,
+             seconds=curve.seconds_trained, **extra)
+    return curve.curve
+
+
+def seconds_to_reach(curve: Sequence[tuple[float, int, float]], target: float) -> float | None:
+    """The seconds of the first point of a :func:`timed_run` curve whose value is at least ``target`` (None: never).
+    Points are measured every few steps, so the target was reached at or before that time."""
+    return next((seconds for seconds, _, value in curve if value >= target), None)
+
+
 def logged(log_history: list[dict], key: str) -> tuple[list[int], list[float]]:
     """The steps and values of ``key`` in a trainer's ``state.log_history`` (the entries that have it), for a
     curve: ``steps, kl = logged(trainer.state.log_history, "kl")``."""

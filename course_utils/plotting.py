@@ -205,7 +205,8 @@ def plot_accuracy_curves(curves: Mapping[str, Mapping[int, float]], n_problems: 
         acc = np.array([points[n] for n in ns])
         lo, hi = zip(*(wilson_interval(a * n_problems, n_problems) for a in acc))
         scale = x_scale[name] if isinstance(x_scale, Mapping) else x_scale
-        ax.errorbar(np.array(ns, dtype=float) * scale, acc, yerr=[acc - np.array(lo), np.array(hi) - acc],
+        ax.errorbar(np.array(ns, dtype=float) * scale, acc,
+                    yerr=np.clip([acc - np.array(lo), np.array(hi) - acc], 0.0, None),   # rounding at 0% / 100%
                     marker="o", ms=3, capsize=2, label=name, color=(colors or {}).get(name))
     for label, value in (baselines or {}).items():
         ax.axhline(value, ls="--", color="grey", lw=1)
@@ -215,3 +216,46 @@ def plot_accuracy_curves(curves: Mapping[str, Mapping[int, float]], n_problems: 
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return ax
+
+
+def plot_timed_curves(curves: Mapping[str, Sequence[tuple[float, int, float]]], n_problems: int, ax=None,
+                      title: str = "", baselines: Mapping[str, float] | None = None):
+    """Held-out accuracy against training seconds, one line per run, each point with its 95% Wilson interval.
+
+    ``curves`` maps a run to its ``(seconds, step, accuracy)`` points (``training.TimedCurveCallback.curve``);
+    ``n_problems`` is how many problems each accuracy was measured on; ``baselines`` maps a label to a flat line
+    (e.g. the teacher). Returns ``(fig, ax)``.
+    """
+    from .evaluation import wilson_interval
+    fig, ax = _ax(ax, figsize=(6.5, 3.8))
+    for name, points in curves.items():
+        seconds, _, acc = (np.array(column, dtype=float) for column in zip(*points))
+        lo, hi = (np.array(bound) for bound in zip(*(wilson_interval(a * n_problems, n_problems) for a in acc)))
+        yerr = np.clip([acc - lo, hi - acc], 0.0, None)   # at 0% or 100% a bound equals the value, up to rounding
+        ax.errorbar(seconds, acc, yerr=yerr, marker="o", ms=3, capsize=2, label=name)
+    for label, value in (baselines or {}).items():
+        ax.axhline(value, ls="--", color="grey", lw=1)
+        ax.annotate(label, xy=(0.01, value), xycoords=("axes fraction", "data"), xytext=(2, -10),
+                    textcoords="offset points", fontsize=8, color="grey")
+    ax.set(xlabel="training seconds (sampling included; measurements left out)", ylabel="held-out accuracy",
+           title=title, ylim=(0, 1.02))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig, ax
+
+
+def plot_log_ratios(log_ratios: Mapping[str, "torch.Tensor"], clip: tuple[float, float] = (0.8, 1.2), limit: float = 3.0,
+                    title: str = "", ax=None):
+    """Step histograms of per-token log-ratios (``stale_rollouts.log_ratios_by_lag``), one per sampler, on a log
+    count axis, clamped to ±``limit``, with the log of PPO's ``clip`` range dotted. Returns ``(fig, ax)``."""
+    fig, ax = _ax(ax, figsize=(7, 3.2))
+    edges = np.linspace(-limit, limit, 121)
+    for name, r in log_ratios.items():
+        ax.hist(np.clip(np.asarray(r, dtype=float), -limit, limit), bins=edges, histtype="step", label=name, lw=1.5)
+    for x in clip:
+        ax.axvline(math.log(x), color="gray", ls=":", lw=1)
+    ax.set_yscale("log")
+    ax.set(xlabel=f"log π_train / π_sample per token (clamped to ±{limit:g}; dotted: PPO's clip range)",
+           ylabel="tokens", title=title)
+    ax.legend(fontsize=8)
+    return fig, ax

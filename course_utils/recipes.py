@@ -303,11 +303,23 @@ class DistillRecipe:
     """chats per optimizer step in every run"""
     max_new_tokens: int = 48
     """answer length limit for the teacher's answers and on-policy samples"""
+    timed_sft_steps: int = 1200
+    """section 6, equal time: SFT steps on the teacher's answers from the shared start (about as long as each run
+    below on a CPU: 32 s on a 2-core AVX-512 AMD EPYC), at compare_learning_rate, constant after 5 warm-up steps"""
+    opd_steps: int = 200
+    """section 6: on-policy distillation steps (TRL DistillationTrainer, reverse KL): each samples batch_size answers"""
+    opd_learning_rate: float = 3e-4
+    """section 6: its learning rate, constant after 5 warm-up steps (1e-3 rose, then fell back below the start)"""
+    opd_temperature: float = 1.0
+    """section 6: the student's sampling temperature, which DistillationTrainer also applies to the loss"""
+    timed_grpo_steps: int = 200
+    """section 6: GRPO steps on the student (07's recipe: LoRA, 8 prompts x 8, the verifier), constant learning rate"""
 
     GPU: ClassVar[dict] = {"learning_rate": 2e-4, "compare_learning_rate": 5e-5, "max_new_tokens": 256,
-                           "batch_size": 16}
+                           "batch_size": 16, "opd_learning_rate": 5e-6}
     SMOKE: ClassVar[dict] = {"prompts": 64, "seq_steps": 4, "seq_check_every": 2, "compare_steps": 3, "onpolicy_steps": 2,
-                             "final_steps": 3, "batch_size": 8}
+                             "final_steps": 3, "batch_size": 8, "timed_sft_steps": 4, "opd_steps": 2,
+                             "timed_grpo_steps": 2}
 
 
 @dataclass(frozen=True)

@@ -35,9 +35,9 @@ from .paths import notebook_files, repo_root
 PHASE_1 = ("01", "02", "03")
 """notebooks run first, serially: they make the stages the others load"""
 STREAM_A = ("05", "07", "08", "12")
-"""phase 2's first stream, in order: 08 compares itself with 07's recorded results, and 07's section 8 with 05's
+"""phase 2's first stream, in order: 08 compares itself with 07's recorded results, and 07's section 9 with 05's
 and 06's (06, in stream B, has ended by then: on a 2-core Xeon at seed 11, 17 minutes into phase 2, against 07's
-section 8 at 24; a results file that is not there yet is left out of the table, never an error). 12 (no
+section 9 (then 8) at 24; a results file that is not there yet is left out of the table, never an error). 12 (no
 dependency on the others) ends it to balance the streams: in the CI of 12's landing on a 2-core AVX-512 AMD EPYC,
 05-08 took 1,178 s and stream B 1,654 s with 12 in it (12: 378 s)."""
 

@@ -78,22 +78,22 @@ def pretrain_trainer(model, tokenizer, profile: Profile, recipe: PretrainRecipe,
 
 
 def sft_trainer(model, tokenizer, profile: Profile, recipe: SFTRecipe, output_dir: str | Path,
-                train_rows: list[dict] | None = None, logging_steps: int = 20):
+                train_rows: list[dict] | None = None, logging_steps: int = 20, **config_overrides):
     """TRL ``SFTTrainer`` on chat data, loss on the assistant's tokens only.
 
     ``train_rows`` are ``{"messages": [...]}`` rows (default: the first
     ``recipe.n_examples`` problems of the arithmetic train split, all if None).
     ``assistant_only_loss=True`` uses the chat template's ``{% generation %}`` marks
-    (TRL patches them into known hub templates such as Qwen3's).
+    (TRL patches them into known hub templates such as Qwen3's). ``config_overrides`` go to ``SFTConfig``
+    (e.g. ``warmup_steps=10``).
     """
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
     install_trl_cpu_fallback()
     rows = sft_rows("train", n=recipe.n_examples) if train_rows is None else train_rows
-    args = SFTConfig(
-        output_dir=str(output_dir),
-        **profile.trainer_kwargs(**_schedule(recipe, logging_steps), assistant_only_loss=True,
-                                 max_length=recipe.max_length))
+    kwargs = {**_schedule(recipe, logging_steps), "assistant_only_loss": True, "max_length": recipe.max_length,
+              **config_overrides}
+    args = SFTConfig(output_dir=str(output_dir), **profile.trainer_kwargs(**kwargs))
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
     if recipe.stop_at_accuracy is not None:  # the cold start: stop at a target accuracy (see recipes)
         trainer.add_callback(AccuracyCallback(tokenizer, every=recipe.check_every, max_new_tokens=profile.max_new_tokens,
@@ -309,6 +309,70 @@ def gkd_trainer(student, teacher, tokenizer, profile: Profile, recipe: DistillRe
         lmbda=lmbda, beta=recipe.beta, temperature=temperature, max_new_tokens=recipe.max_new_tokens)
     return GKDTrainer(model=student, teacher_model=teacher, args=args, train_dataset=Dataset.from_list(train_rows),
                       processing_class=tokenizer)
+
+
+def distillation_trainer(student, teacher, tokenizer, profile: Profile, output_dir: str | Path,
+                         prompt_rows: list[dict], steps: int, learning_rate: float, batch_size: int,
+                         max_completion_length: int, beta: float = 1.0, temperature: float = 1.0,
+                         logging_steps: int = 10, **config_overrides):
+    """TRL's stable ``DistillationTrainer``: on-policy distillation of ``teacher`` into ``student``.
+
+    Every step the student samples one answer per prompt of ``prompt_rows`` (``{"prompt": [messages]}`` rows) at
+    ``temperature``, the teacher scores every token of it, and the loss is the generalised JSD at ``beta`` (1: the
+    reverse KL(student || teacher), TRL's default) over the answer tokens and the whole vocabulary, at the same
+    ``temperature``. Its loss kernel is Triton's; on a CPU :class:`compat.DenseDivergenceFunction` stands in.
+    ``config_overrides`` go to ``DistillationConfig`` (e.g. ``lr_scheduler_type="constant_with_warmup"``).
+    """
+    from datasets import Dataset
+    from trl import DistillationConfig, DistillationTrainer
+    install_trl_cpu_fallback()
+    kwargs = dict(max_steps=steps, per_device_train_batch_size=batch_size, learning_rate=learning_rate,
+                  logging_steps=log_every(logging_steps, steps), beta=beta, temperature=temperature,
+                  max_completion_length=max_completion_length, disable_dropout=True)
+    kwargs.update(config_overrides)
+    args = DistillationConfig(output_dir=str(output_dir), **profile.trainer_kwargs(**kwargs))
+    return DistillationTrainer(model=student, teacher_model=teacher, args=args,
+                               train_dataset=Dataset.from_list(prompt_rows), processing_class=tokenizer)
+
+
+class TimedCurveCallback(TrainerCallback):
+    """A run measured against the seconds it has trained: runs of different methods compared at equal wall time.
+
+    ``measure(model) -> float`` is called at the start, every ``every`` optimizer steps and at the end; ``curve`` holds
+    ``(training seconds, step, value)``. The clock counts only training (sampling included, for on-policy methods):
+    the time ``measure`` takes is left out. The steps are fixed, so the values are the same on every machine and only
+    the seconds differ; give each method the number of steps that takes it about the same time, and a learning-rate
+    schedule under which a point of the curve is what stopping there would give (constant after a short warm-up).
+    """
+
+    def __init__(self, every: int, measure):
+        if every < 1:
+            raise ValueError(f"every must be >= 1, got {every}")
+        self.every, self.measure = every, measure
+        self.curve: list[tuple[float, int, float]] = []
+
+    def _record(self, step: int, model) -> None:
+        import time
+        now = time.perf_counter()
+        self.curve.append((now - self._start - self._paused, step, float(self.measure(model))))
+        self._paused += time.perf_counter() - now
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        import time
+        self._start, self._paused = time.perf_counter(), 0.0
+        self._record(0, model)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step % self.every == 0:
+            self._record(state.global_step, model)
+
+    def on_train_end(self, args, state, control, model=None, **kwargs):
+        if self.curve and self.curve[-1][1] != state.global_step:   # the last step is not a multiple of every
+            self._record(state.global_step, model)
+
+    @property
+    def seconds_trained(self) -> float:
+        return self.curve[-1][0] if self.curve else 0.0
 
 
 class AccuracyCallback(TrainerCallback):

@@ -162,3 +162,17 @@ def test_load_results_of_this_run_skips_other_seeds_models_and_scales(tmp_path, 
     assert [r["notebook"] for r in results.load_results(profile=profile)] == ["05_ppo"]
     assert [r["notebook"] for r in results.load_results(profile=replace(profile, scale="smoke"))] == ["08_r1_pipeline"]
     assert len(results.load_results()) == 4
+
+
+def test_plot_timed_curves_puts_each_point_at_its_seconds_with_its_wilson_interval():
+    from course_utils.evaluation import wilson_interval
+    curves = {"a": [(0.0, 0, 0.5), (10.0, 100, 0.9)], "b": [(0.0, 0, 0.5), (25.0, 20, 0.7)],
+              "c": [(0.0, 0, 0.0), (5.0, 10, 1.0)]}                 # 0% and 100%: intervals touching the value
+    fig, ax = plotting.plot_timed_curves(curves, n_problems=300, baselines={"teacher": 1.0})
+    bars = {c.get_label(): c for c in ax.containers}            # one errorbar container per run
+    assert [list(bars[n].lines[0].get_xdata()) for n in curves] == [[0.0, 10.0], [0.0, 25.0], [0.0, 5.0]]
+    assert [list(bars[n].lines[0].get_ydata()) for n in curves] == [[0.5, 0.9], [0.5, 0.7], [0.0, 1.0]]
+    low, high = wilson_interval(0.9 * 300, 300)
+    segment = bars["a"].lines[2][0].get_segments()[1]            # the second point's interval
+    assert segment[0][1] == pytest.approx(low) and segment[1][1] == pytest.approx(high)
+    plt.close(fig)

@@ -128,3 +128,28 @@ def test_answer_confidence_entropy_and_top1():
     # a higher temperature flattens the distribution: more entropy, a lower top-1
     assert distill.answer_confidence(logits, mask, 5.0)["entropy"] > distill.answer_confidence(logits, mask)["entropy"]
     assert distill.answer_confidence(logits, mask, 5.0)["top1"] < distill.answer_confidence(logits, mask)["top1"]
+
+
+def test_distillation_trainers_loss_is_the_mean_reverse_kl_of_onpolicy_token_signal(tokenizer, models, tmp_path):
+    """On TRL's own on-policy batch: DistillationTrainer's loss (beta 1) is the masked mean of our per-token reverse
+    KL, and the sampled tokens' log-ratio is a one-sample estimate of it (its mean over many samples is the KL)."""
+    teacher, student = models
+    rows = [{"prompt": [{"role": "user", "content": p["question"]}]} for p in data.load_jsonl("arithmetic", "train")[:8]]
+    trainer = training.distillation_trainer(student, teacher, tokenizer, get_profile("cpu-tiny", seed=0), tmp_path,
+                                            rows, steps=1, learning_rate=1e-3, batch_size=4, max_completion_length=8,
+                                            temperature=1.0)
+    torch.manual_seed(0)
+    batch = trainer._generate_and_score_completions([trainer.train_dataset[i] for i in range(4)])
+    with torch.no_grad():
+        theirs = trainer.compute_loss(trainer.model, batch)
+    signal = distill.onpolicy_token_signal(student, teacher, batch)
+    mask = batch["completion_mask"].float()
+    ours = signal["reverse_kl"].sum() / mask.sum()
+    torch.testing.assert_close(ours, theirs.float(), rtol=1e-5, atol=1e-6)
+    assert ours > 0 and (signal["reverse_kl"] >= -1e-6).all()
+    torch.testing.assert_close(signal["log_ratio"], signal["student_logps"] - signal["teacher_logps"])
+    assert (signal["log_ratio"][mask == 0] == 0).all()
+    table = distill.signal_table(signal, batch, tokenizer, row=0).splitlines()
+    assert table[0].startswith("| t | token | log q (student) |") and len(table) == 2 + int(mask[0].sum())
+    with pytest.raises(KeyError):
+        distill.onpolicy_token_signal(student, teacher, {"prompt_ids": batch["prompt_ids"]})

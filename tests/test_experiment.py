@@ -157,3 +157,42 @@ def test_markdown_table_formats_numbers_and_escapes_text():
     assert experiment.markdown_table({"a": [True]}).splitlines()[-1] == "| True |"
     with pytest.raises(ValueError, match="different lengths"):
         experiment.markdown_table({"a": [1, 2], "b": [1]})
+
+
+def test_timed_run_measures_the_start_every_few_steps_and_the_end_then_records_the_run(tokenizer):
+    from types import SimpleNamespace
+
+    from course_utils.modeling import build_model
+    calls = []
+
+    class FakeTrainer:                     # what timed_run needs of a trainer: callbacks and train()
+        def __init__(self, model, steps):
+            self.model, self.steps, self.callbacks = model, steps, []
+
+        def add_callback(self, callback):
+            self.callbacks.append(callback)
+
+        def train(self):
+            state = SimpleNamespace(global_step=0)
+            for cb in self.callbacks:
+                cb.on_train_begin(None, state, None, model=self.model)
+            for step in range(1, self.steps + 1):
+                calls.append(step)
+                state.global_step = step
+                for cb in self.callbacks:
+                    cb.on_step_end(None, state, None, model=self.model)
+            for cb in self.callbacks:
+                cb.on_train_end(None, state, None, model=self.model)
+
+    profile = SimpleNamespace(eval_size=200, max_new_tokens=4)   # the smallest size evaluations accept
+    runs = experiment.Runs()
+    curve = experiment.timed_run(runs, "fake", FakeTrainer, build_model(tokenizer, seed=0), tokenizer, profile,
+                                 steps=3, every=2, note="x")
+    assert calls == [1, 2, 3] and [step for _, step, _ in curve] == [0, 2, 3]
+    assert all(0.0 <= acc <= 1.0 for _, _, acc in curve)
+    seconds = [t for t, _, _ in curve]
+    assert seconds == sorted(seconds) and seconds[-1] < 0.5      # three measurements took seconds; training none
+    assert runs["fake"]["steps"] == 3 and runs["fake"]["note"] == "x" and runs["fake"]["seconds"] == curve[-1][0]
+    assert runs["fake"]["pass_at_1"] is not None                       # the final evaluation samples once
+    assert experiment.seconds_to_reach([(0.0, 0, 0.2), (3.0, 2, 0.5), (6.0, 4, 0.7)], 0.5) == 3.0
+    assert experiment.seconds_to_reach([(0.0, 0, 0.2)], 0.5) is None

@@ -131,3 +131,26 @@ def test_log_every_keeps_a_short_run_logging():
     assert log_every(10, 450) == 10 and log_every(5, 150) == 5     # the course's full-scale runs: unchanged
     assert log_every(10, 3) == 1 and log_every(5, 2) == 1 and log_every(25, 1) == 1   # smoke runs log every step
     assert log_every(10, 8) == 4                                    # at least twice in a short run
+
+
+def test_timed_curve_measures_every_few_steps_and_leaves_its_own_time_out(monkeypatch):
+    import time
+    from types import SimpleNamespace
+
+    from course_utils.training import TimedCurveCallback
+    now = [100.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
+
+    def measure(model):
+        now[0] += 5.0                      # a measurement takes 5 s: not training time
+        return 0.5
+    curve = TimedCurveCallback(every=3, measure=measure)
+    curve.on_train_begin(None, None, None)
+    for step in range(1, 8):
+        now[0] += 1.5                      # one step
+        curve.on_step_end(None, SimpleNamespace(global_step=step), None)
+    curve.on_train_end(None, SimpleNamespace(global_step=7), None)
+    assert [(round(t, 1), s) for t, s, _ in curve.curve] == [(0.0, 0), (4.5, 3), (9.0, 6), (10.5, 7)]
+    assert curve.seconds_trained == 10.5
+    with pytest.raises(ValueError, match=">= 1"):
+        TimedCurveCallback(every=0, measure=measure)
