@@ -20,6 +20,14 @@ def test_notebook_committed_without_outputs(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOK_FILES, ids=lambda p: p.name)
+def test_every_cell_has_its_own_id(path):
+    """nbformat 4.5 wants an id on every cell (nbval warns that a missing one will become an error)."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    ids = [cell.get("id") for cell in nb["cells"]]
+    assert (nb["nbformat"], nb["nbformat_minor"]) >= (4, 5) and None not in ids and len(set(ids)) == len(ids), path.name
+
+
+@pytest.mark.parametrize("path", NOTEBOOK_FILES, ids=lambda p: p.name)
 def test_notebook_frame(path):
     """Objectives first; summary and exercises with collapsed solutions last; no unsafe loading."""
     nb = json.loads(path.read_text(encoding="utf-8"))

@@ -8,6 +8,8 @@ from course_utils import testrun
 from course_utils.paths import notebook_files, repo_root
 from course_utils.stages import STAGES
 
+ROOT_DIR = repo_root()
+
 
 def _number(path: str) -> str:
     return path.split("/")[-1][:2]
@@ -19,6 +21,8 @@ def test_the_plan_runs_every_notebook_once_and_the_unit_tests():
     assert sorted(planned) == [p.name[:2] for p in notebook_files()]
     assert len(planned) == len(set(planned))
     assert stream_b[0] == "tests" and "tests" not in phase_1 + stream_a
+    for serial in testrun.SERIAL_TESTS:        # multi-process tests: in phase 1, alone, and not again in stream B
+        assert (ROOT_DIR / serial).is_file() and serial in phase_1 and f"--ignore={serial}" in stream_b
 
 
 def test_every_stage_a_notebook_loads_is_made_in_phase_1():
