@@ -186,6 +186,14 @@ def plot_run_panels(histories: Mapping[str, Sequence[Mapping[str, float]]], keys
     return fig, axes
 
 
+def _wilson_errors(acc: np.ndarray, n_problems: int) -> np.ndarray:
+    """``(2, len(acc))`` error-bar lengths below and above each accuracy: its 95% Wilson interval. At 0% or 100% a bound
+    equals the value up to rounding, so the lengths are clipped at 0 (matplotlib refuses a negative one)."""
+    from .evaluation import wilson_interval
+    lo, hi = (np.array(bound) for bound in zip(*(wilson_interval(a * n_problems, n_problems) for a in acc)))
+    return np.clip([acc - lo, hi - acc], 0.0, None)
+
+
 def plot_accuracy_curves(curves: Mapping[str, Mapping[int, float]], n_problems: int, ax=None, x_scale=1.0,
                          xlabel: str = "N (answers per question)", title: str = "", baselines=None,
                          colors: Mapping[str, str] | None = None):
@@ -196,17 +204,14 @@ def plot_accuracy_curves(curves: Mapping[str, Mapping[int, float]], n_problems: 
     per method); ``baselines`` maps a label to a flat line (e.g. greedy decoding);
     ``colors`` keeps a method's colour the same across plots.
     """
-    from .evaluation import wilson_interval
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 3.6))
     ax.set_xscale("log", base=2)
     for name, points in curves.items():
         ns = sorted(points)
         acc = np.array([points[n] for n in ns])
-        lo, hi = zip(*(wilson_interval(a * n_problems, n_problems) for a in acc))
         scale = x_scale[name] if isinstance(x_scale, Mapping) else x_scale
-        ax.errorbar(np.array(ns, dtype=float) * scale, acc,
-                    yerr=np.clip([acc - np.array(lo), np.array(hi) - acc], 0.0, None),   # rounding at 0% / 100%
+        ax.errorbar(np.array(ns, dtype=float) * scale, acc, yerr=_wilson_errors(acc, n_problems),
                     marker="o", ms=3, capsize=2, label=name, color=(colors or {}).get(name))
     for label, value in (baselines or {}).items():
         ax.axhline(value, ls="--", color="grey", lw=1)
@@ -226,13 +231,10 @@ def plot_timed_curves(curves: Mapping[str, Sequence[tuple[float, int, float]]], 
     ``n_problems`` is how many problems each accuracy was measured on; ``baselines`` maps a label to a flat line
     (e.g. the teacher). Returns ``(fig, ax)``.
     """
-    from .evaluation import wilson_interval
     fig, ax = _ax(ax, figsize=(6.5, 3.8))
     for name, points in curves.items():
         seconds, _, acc = (np.array(column, dtype=float) for column in zip(*points))
-        lo, hi = (np.array(bound) for bound in zip(*(wilson_interval(a * n_problems, n_problems) for a in acc)))
-        yerr = np.clip([acc - lo, hi - acc], 0.0, None)   # at 0% or 100% a bound equals the value, up to rounding
-        ax.errorbar(seconds, acc, yerr=yerr, marker="o", ms=3, capsize=2, label=name)
+        ax.errorbar(seconds, acc, yerr=_wilson_errors(acc, n_problems), marker="o", ms=3, capsize=2, label=name)
     for label, value in (baselines or {}).items():
         ax.axhline(value, ls="--", color="grey", lw=1)
         ax.annotate(label, xy=(0.01, value), xycoords=("axes fraction", "data"), xytext=(2, -10),
