@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
 
-.PHONY: install course test lab data clean drift bench lock seeds matrix
+.PHONY: install course test lab data clean drift bench lock seeds matrix assignments grade
 install: $(VENV)/.installed
 
 # Every package of the CPU environment, transitive ones included, pinned with ==: made from pyproject.toml's
@@ -100,3 +100,11 @@ drift: install $(DRIFT_VENV)/.installed
 
 clean:
 	rm -rf artifacts build
+
+# A class's assignments (assignments/README.md): the graded functions as stubs, one folder per assignment under
+# assignments/ (a student's existing student.py is kept), and the grader: make grade ASSIGNMENT=A2 [FILE=path]
+assignments: install
+	$(PY) -m course_utils.assignments
+ASSIGNMENT ?= A1
+grade: install
+	$(PY) -m course_utils.grader $(ASSIGNMENT) $(if $(FILE),--file $(FILE),)

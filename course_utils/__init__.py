@@ -35,7 +35,10 @@ results           per-notebook metrics -> ``build/RESULTS.md``; seconds against 
 runner            ``make course``: every notebook in a fresh kernel -> ``build/``
 testrun           ``make test``: notebooks 01-03, then two pytest streams side by side at one thread each
 seeds             ``make seeds``: the course once per seed -> ``build/SEEDS.md``
-matrix            ``make matrix``: notebooks 02-11 on two other model families, at the smoke scale
+matrix            ``make matrix``: notebooks 02-12 on two other model families, at the smoke scale
+base_model        a small base model of another family, pretrained here: "your own model" at full scale
+assignments       ``make assignments``: the graded functions as stubs; student mode (``COURSE_IMPL=student``)
+grader            ``make grade``: a student's functions against the reference, edge cases, gradients, training
 bench             ``make bench``: each phase timed against this machine's matmul roofline
 memory            training memory of each notebook's GPU recipe for Qwen3-0.6B/1.7B/4B: copies, activations, logits
 course            the notebook map and the English-Chinese glossary
@@ -46,3 +49,13 @@ Importing the package imports nothing heavy: TRL is imported only where a TRL
 trainer is built (so unsloth can be imported first on the GPU path).
 """
 __version__ = "0.1.0"
+
+import os as _os
+
+IMPL = _os.environ.get("COURSE_IMPL") or "reference"
+if IMPL not in ("reference", "student"):
+    raise ValueError(f"COURSE_IMPL must be 'reference' or 'student', got {IMPL!r}")
+if IMPL == "student":   # a class's assignments: the student's functions wherever the course calls the reference
+    from .assignments import install as _install
+    STUDENT_FUNCTIONS = _install()
+    print("course_utils in student mode: " + ", ".join(f"{k} ({v})" for k, v in STUDENT_FUNCTIONS.items()))

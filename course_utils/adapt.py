@@ -26,6 +26,7 @@ naming what is missing.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from dataclasses import dataclass
 
 from .data import load_jsonl
@@ -208,3 +209,23 @@ def budget_for(model_id: str, tags: Tags = COURSE_TAGS) -> int:
                               f"save_pretrained, or a hub id in the local cache when offline): {err}") from err
     adapt_tokenizer(tokenizer, tags)
     return answer_budget(tokenizer)
+
+
+# A model of your own this small takes the CPU recipes' learning rates (tuned on the course's 0.46M-parameter
+# Qwen3), a larger one the GPU recipes' (tuned on Qwen3-0.6B); recipes.recipe_for reads it. Sizes between the
+# two are a guess either way: a notebook's recipe overrides (Params(recipe=...)) set them by hand.
+SMALL_MODEL_PARAMETERS = 10_000_000
+
+
+@lru_cache(maxsize=None)
+def parameter_count(model_id: str) -> int:
+    """Parameters of model ``model_id`` (local folder or cached hub id), counted from its config, no weights read."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    try:
+        config = AutoConfig.from_pretrained(model_id, trust_remote_code=False)
+    except (OSError, ValueError) as err:
+        raise AdaptationError(f"cannot read a config for the model {model_id!r}: {err}") from err
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())

@@ -28,8 +28,10 @@ rollout loop written out so that its masks can be compared with TRL's own (``_to
 from __future__ import annotations
 
 import ast
+import copy
 import json
 import operator
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -41,13 +43,14 @@ TOOL_TAGS = (TOOL_CALL_OPEN, TOOL_CALL_CLOSE, TOOL_RESPONSE_OPEN, TOOL_RESPONSE_
 
 # The course's template (modeling.CHAT_TEMPLATE) with tools: a system line "Tools: calc(expr)" when tools are given,
 # an assistant turn whose tool calls are rendered name(key=value,...) inside the generation block, and the tool's
-# result as a user turn wrapped in <tool_response>, the way Qwen3's template returns it.
+# result as a user turn wrapped in <tool_response>, the way Qwen3's template returns it. Each turn ends with the
+# tokenizer's EOS (the course's is <|im_end|>; a model of your own keeps its own, where its generation stops).
 TOOL_CHAT_TEMPLATE = (
     "{%- if tools %}"
     "{{- '<|im_start|>system\nTools:' }}"
     "{%- for tool in tools %}{%- set f = tool.function if tool.function is defined else tool %}"
     "{{- ' ' + f.name + '(' + (f.parameters.properties | list | join(', ')) + ')' }}"
-    "{%- endfor %}{{- '<|im_end|>\n' }}"
+    "{%- endfor %}{{- eos_token + '\n' }}"
     "{%- endif %}"
     "{%- for message in messages %}"
     "{%- if message['role'] == 'assistant' %}"
@@ -59,13 +62,13 @@ TOOL_CHAT_TEMPLATE = (
     "{%- for k, v in f.arguments.items() %}{{- (',' if not loop.first else '') + k + '=' + (v | string) }}"
     "{%- endfor %}{{- ')</tool_call>' }}"
     "{%- endfor %}"
-    "{{- '<|im_end|>' }}"
+    "{{- eos_token }}"
     "{%- endgeneration %}"
     "{{- '\n' }}"
     "{%- elif message['role'] == 'tool' %}"
-    "{{- '<|im_start|>user\n<tool_response>' + message['content'] + '</tool_response><|im_end|>\n' }}"
+    "{{- '<|im_start|>user\n<tool_response>' + message['content'] + '</tool_response>' + eos_token + '\n' }}"
     "{%- else %}"
-    "{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + eos_token + '\n' }}"
     "{%- endif %}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"
@@ -75,16 +78,23 @@ TOOL_CHAT_TEMPLATE = (
 # <tool_call>name(k=v,...)</tool_call>; the text around calls is the content, joined (without "join" only the last
 # piece would be kept). No <think> field, unlike Qwen3's parser: it would move the course's <think> block out of the
 # content that the course's rewards read.
-RESPONSE_TEMPLATE = {
-    "defaults": {"role": "assistant"},
-    "start_anchor": "<|im_start|>assistant\n",
-    "fields": {
-        "tool_calls": {"open_pattern": r"<tool_call>(?P<name>\w+)\(", "close_pattern": r"\)</tool_call>\s*",
-                       "repeats": True, "content": "kv-lines", "content_args": {"line_sep": ",", "kv_sep": "="},
-                       "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}}},
-        "content": {"close_pattern": r"<\|im_end\|>\s*", "content": "text", "repeats": True, "join": ""},
-    },
-}
+def response_template(eos_token: str) -> dict:
+    """:data:`RESPONSE_TEMPLATE` for a tokenizer whose turns end with ``eos_token``."""
+    return {
+        "defaults": {"role": "assistant"},
+        "start_anchor": "<|im_start|>assistant\n",
+        "fields": {
+            "tool_calls": {"open_pattern": r"<tool_call>(?P<name>\w+)\(", "close_pattern": r"\)</tool_call>\s*",
+                           "repeats": True, "content": "kv-lines", "content_args": {"line_sep": ",", "kv_sep": "="},
+                           "transform": {"type": "function",
+                                         "function": {"name": "{name}", "arguments": "{content}"}}},
+            "content": {"close_pattern": re.escape(eos_token) + r"\s*", "content": "text", "repeats": True,
+                        "join": ""},
+        },
+    }
+
+
+RESPONSE_TEMPLATE = response_template("<|im_end|>")   # the course tokenizer's (its EOS is <|im_end|>)
 
 MAX_EXPRESSION_CHARS = 40
 """longer expressions are refused: the tool must stay fast on anything a policy writes"""
@@ -110,7 +120,7 @@ def use_tool_format(tokenizer) -> None:
     if missing:
         raise ValueError(f"the tool tags {missing} are not whole tokens yet: call add_tool_tokens first")
     tokenizer.chat_template = TOOL_CHAT_TEMPLATE
-    tokenizer.response_template = RESPONSE_TEMPLATE
+    tokenizer.response_template = response_template(tokenizer.eos_token)
 
 
 # --------------------------------------------------------------------------- the tool
@@ -294,6 +304,27 @@ def direct_row(problem: dict) -> dict:
     row = demo_row(problem)
     return {"messages": [row["messages"][0], {"role": "assistant", "content": f"<answer>{problem['answer']}</answer>"}],
             "tools": row["tools"]}
+
+
+def fit_budget(recipe, tokenizer, problems: list[dict]):
+    """``recipe`` with a completion budget that holds a demonstration in ``tokenizer``'s tokens.
+
+    The longest of ``problems``' demonstrations (:func:`demo_row`: the call, the tool's turn and the answer, as the
+    tool template renders them) rounded up to 16, and never below the recipe's own budget: 64 for the course's
+    tokenizer (its longest is 55, so nothing changes there). A model of your own whose tokenizer splits
+    ``<|im_start|>`` into bytes needs more room, or every answer after a call is cut off.
+    """
+    from dataclasses import replace
+    tok = copy.deepcopy(tokenizer)
+    add_tool_tokens(tok)
+    use_tool_format(tok)
+    longest = 0
+    for problem in problems:
+        row = demo_row(problem)
+        prompt = tool_prompt_ids(tok, problem["question"])
+        whole = tok.apply_chat_template(row["messages"], tools=[calc], tokenize=True, return_dict=False)
+        longest = max(longest, len(whole) - len(prompt))
+    return replace(recipe, max_completion_length=max(recipe.max_completion_length, -(-longest // 16) * 16))
 
 
 def cold_start_rows(problems: list[dict], direct_share: float, seed: int) -> list[dict]:

@@ -68,6 +68,7 @@ def environment_record() -> dict:
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "platform": platform.platform(terse=True),
         "commit": git_commit(),
+        "impl": os.environ.get("COURSE_IMPL") or "reference",   # "student": a class's functions (assignments)
     }
 
 
@@ -78,4 +79,6 @@ def environment_markdown(record: dict) -> str:
                                    f"{record.get('torch_threads')} torch threads of {record.get('cpu_count')} cores)"
     return (f"- machine: {device}, {record.get('platform')}\n"
             f"- Python {record.get('python')}; {pk}\n"
-            f"- commit: {record.get('commit')}\n")
+            f"- commit: {record.get('commit')}"
+            + (" · **student mode** (`COURSE_IMPL=student`: a class's functions)" if record.get("impl") == "student"
+               else "") + "\n")

@@ -15,7 +15,8 @@ mapping holds the fields that differ on the ``gpu`` profile (a 0.6B hub model wa
 far smaller learning rate and longer sequences than the course's 0.46M-parameter one).
 With a model of your own on a CPU (``COURSE_MODEL``), the learning rates follow the model and
 the rest the machine: the ``GPU`` mapping's ``*learning_rate`` fields (chosen for a pretrained
-model of real size) apply, the CPU's steps, batches and lengths stay.
+model of real size) apply, the CPU's steps, batches and lengths stay; a model as small as the
+course's own (up to ``adapt.SMALL_MODEL_PARAMETERS``) keeps the CPU's learning rates too.
 """
 from __future__ import annotations
 
@@ -481,15 +482,21 @@ DEFAULTS = {
 }
 
 
+def _small(model_id: str) -> bool:
+    from .adapt import SMALL_MODEL_PARAMETERS, parameter_count
+    return parameter_count(model_id) <= SMALL_MODEL_PARAMETERS
+
+
 def recipe_for(stage: str, profile: Profile, **overrides):
     """The recipe of ``stage`` for ``profile`` (GPU values applied there; a model of your own on a CPU takes the GPU
-    learning rates), with ``overrides``."""
+    learning rates unless it is as small as the course's: ``adapt.SMALL_MODEL_PARAMETERS``), with ``overrides``."""
     if stage not in DEFAULTS:
         raise ValueError(f"no recipe for stage {stage!r}; stages with recipes: {sorted(DEFAULTS)}")
     recipe = DEFAULTS[stage]
     if not profile.is_cpu and recipe.GPU:
         recipe = replace(recipe, **recipe.GPU)
-    elif profile.model_id is not None and recipe.GPU:   # your own model on a CPU: its learning rates, CPU sizes
+    elif profile.model_id is not None and recipe.GPU and not _small(profile.model_id):
+        # your own model of real size on a CPU: the GPU recipes' learning rates, the CPU's sizes
         recipe = replace(recipe, **{k: v for k, v in recipe.GPU.items() if k.endswith("learning_rate")})
     unknown = set(overrides) - {f.name for f in fields(recipe)}
     if unknown:

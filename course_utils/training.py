@@ -64,8 +64,20 @@ def corpus_dataset(tokenizer, split: str, block_size: int = PretrainRecipe.block
     return Dataset.from_dict({"input_ids": pack_corpus(tokenizer, split, block_size).tolist()})
 
 
+def packed_blocks_collator(rows: list[dict]) -> dict:
+    """Stack packed blocks of equal length as inputs and next-token labels (the model shifts them); a tokenizer
+    needs no pad token for it, as ``DataCollatorForLanguageModeling`` does."""
+    import torch
+    ids = torch.tensor([r["input_ids"] for r in rows])
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
+
+
 def pretrain_trainer(model, tokenizer, profile: Profile, recipe: PretrainRecipe, output_dir: str | Path) -> Trainer:
-    """A ``transformers.Trainer`` set up for next-token pretraining on the packed corpus."""
+    """A ``transformers.Trainer`` set up for next-token pretraining on the packed corpus.
+
+    A tokenizer without a pad token (a base model of another family, :mod:`course_utils.base_model`) gets
+    :func:`packed_blocks_collator`; the course's own keeps ``DataCollatorForLanguageModeling``.
+    """
     args = TrainingArguments(
         output_dir=str(output_dir),
         **profile.trainer_kwargs(
@@ -74,7 +86,8 @@ def pretrain_trainer(model, tokenizer, profile: Profile, recipe: PretrainRecipe,
     return Trainer(
         model=model, args=args, train_dataset=corpus_dataset(tokenizer, "train", recipe.block_size),
         eval_dataset=corpus_dataset(tokenizer, "validation", recipe.block_size),
-        data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False))
+        data_collator=(DataCollatorForLanguageModeling(tokenizer, mlm=False) if tokenizer.pad_token is not None
+                       else packed_blocks_collator))
 
 
 def sft_trainer(model, tokenizer, profile: Profile, recipe: SFTRecipe, output_dir: str | Path,

@@ -278,3 +278,38 @@ def test_logp_by_source_splits_the_model_the_tool_and_its_digits(tool_tokenizer)
           "n": 2, "correct": [True, False], "rollouts": rows}
     assert set(agentic.figures(ev)) == {"accuracy", "calls", "failed_calls", "called_share", "called_accuracy"}
 
+
+
+def test_the_tool_format_ends_turns_with_a_foreign_tokenizers_eos():
+    """A model of your own keeps its EOS (``</s>`` here): the tool turns end with it, where its generation stops,
+    and the result's ids and a call are read as for the course's tokenizer (at full scale 12 once crashed here)."""
+    from course_utils import adapt
+    from course_utils.matrix import family_model
+    model, tok = family_model("llama")
+    adapt.adapt(model, tok)
+    agentic.add_tool_tokens(tok, model)
+    agentic.use_tool_format(tok)
+    chat = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "calc", "arguments": {"expr": "1+2"}}}]},
+        {"role": "tool", "name": "calc", "content": "3"}]
+    text = tok.apply_chat_template(chat, tokenize=False, tools=[agentic.calc])
+    assert "<|im_end|>" not in text and "<tool_call>calc(expr=1+2)</tool_call></s>" in text
+    suffix = tok.decode(agentic.tool_suffix_ids(tok, [{"role": "tool", "name": "calc", "content": "3"}]))
+    assert suffix == "\n<|im_start|>user\n<tool_response>3</tool_response></s>\n<|im_start|>assistant\n"
+    prefix = tok.apply_chat_template(chat[:1], add_generation_prompt=True, return_dict=False)
+    ids = tok("<tool_call>calc(expr=1+2)</tool_call></s>", add_special_tokens=False)["input_ids"]
+    assert agentic.read_calls(tok, ids, list(prefix)) == [("calc", {"expr": "1+2"})]
+
+
+def test_fit_budget_keeps_the_courses_and_makes_room_for_a_foreign_tokenizer(tokenizer):
+    from course_utils import adapt, data, recipes
+    from course_utils.matrix import family_model
+    from course_utils.profile import get_profile
+    recipe = recipes.recipe_for("agentic", get_profile("cpu-tiny"))
+    problems = data.load_jsonl("tool_arithmetic", "train")[:300]
+    assert agentic.fit_budget(recipe, copy.deepcopy(tokenizer), problems) == recipe        # 64 holds the course's
+    model, tok = family_model("llama")
+    adapt.adapt(model, tok)
+    wider = agentic.fit_budget(recipe, tok, problems).max_completion_length
+    assert wider > recipe.max_completion_length and wider % 16 == 0
+    assert "<tool_call>" not in tok.get_vocab()                    # measured on a copy: the tokenizer is untouched

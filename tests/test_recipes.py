@@ -54,11 +54,40 @@ def test_ppo_recipe_gpu_values_and_consistency():
         assert recipe.rollouts_per_step % recipe.minibatch_size == 0 and recipe.kl_estimator in ("k1", "k2", "k3")
 
 
-def test_your_own_model_on_a_cpu_takes_the_gpu_learning_rates_and_the_cpu_sizes():
+def _config_folder(folder, hidden: int):
+    """A folder holding only a Llama config (the learning-rate rule counts parameters from the config alone)."""
+    from transformers import LlamaConfig
+    LlamaConfig(vocab_size=1000, hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=4,
+                num_attention_heads=4, num_key_value_heads=2).save_pretrained(folder)
+    return str(folder)
+
+
+def test_your_own_model_on_a_cpu_takes_the_gpu_learning_rates_and_the_cpu_sizes(tmp_path):
     from dataclasses import replace
-    own = replace(get_profile("cpu-tiny"), model_id="/models/mine")
+    from course_utils.adapt import SMALL_MODEL_PARAMETERS, parameter_count
+    folder = _config_folder(tmp_path / "mine", hidden=512)     # 13.6M parameters: a model of real size
+    assert parameter_count(folder) > SMALL_MODEL_PARAMETERS
+    own = replace(get_profile("cpu-tiny"), model_id=folder)
     for stage in ("sft", "dpo", "grpo"):
         cpu, mine, gpu = (recipes.recipe_for(stage, p) for p in (get_profile("cpu-tiny"), own, GPU))
         assert mine.learning_rate == gpu.learning_rate != cpu.learning_rate, stage
         changed = {f.name for f in fields(mine) if getattr(mine, f.name) != getattr(cpu, f.name)}
         assert changed and all(name.endswith("learning_rate") for name in changed), (stage, changed)
+
+
+def test_your_own_model_as_small_as_the_courses_keeps_the_cpu_recipes(tmp_path):
+    from dataclasses import replace
+    from course_utils.adapt import SMALL_MODEL_PARAMETERS, parameter_count
+    folder = _config_folder(tmp_path / "tiny", hidden=96)      # the course model's width
+    assert parameter_count(folder) <= SMALL_MODEL_PARAMETERS
+    own = replace(get_profile("cpu-tiny"), model_id=folder)
+    for stage in ("sft", "dpo", "grpo", "ppo"):
+        assert recipes.recipe_for(stage, own) == recipes.recipe_for(stage, get_profile("cpu-tiny")), stage
+
+
+def test_a_model_without_a_config_is_refused_clearly(tmp_path):
+    from dataclasses import replace
+    from course_utils.adapt import AdaptationError
+    own = replace(get_profile("cpu-tiny"), model_id=str(tmp_path / "nothing-here"))
+    with pytest.raises(AdaptationError, match="cannot read a config"):
+        recipes.recipe_for("sft", own)
