@@ -92,9 +92,14 @@ from course_utils.rewards import COURSE_TAGS, MAX_ANSWER_CHARS, Tags, answers_eq
 SOLUTIONS_IMPORTS = "from course_utils.rewards import _required, is_correct   # the reference's own helpers\n"
 
 
+_ORIGINAL: dict[str, object] = {}   # the package's own functions, kept when student mode replaces them
+
+
 def reference(graded: Graded):
-    """The package's own function for ``graded``."""
+    """The package's own function for ``graded`` (also in student mode, where the module holds the student's)."""
     import importlib
+    if graded.name in _ORIGINAL:
+        return _ORIGINAL[graded.name]
     return getattr(importlib.import_module(f"course_utils.{graded.module}"), graded.name)
 
 
@@ -181,7 +186,7 @@ def install(root: str | Path | None = None) -> dict[str, str]:
             if is_stub(func):
                 whose[g.name] = "reference (stub)"
                 continue
-            original = reference(g)
+            original = _ORIGINAL.setdefault(g.name, reference(g))
             for name, mod in list(sys.modules.items()):
                 if (name == "course_utils" or name.startswith("course_utils.")) and \
                         getattr(mod, g.name, None) is original:

@@ -4,9 +4,9 @@ The course's path for a model you bring (``COURSE_MODEL``, :mod:`course_utils.ad
 matrix on random models, which learn nothing. A full-scale run needs a *base model*: one that has read text, as a
 hub checkpoint has, but that nothing here may download. This module makes one: a Llama- (or GPT-2-) style model
 of the course model's shape (:func:`course_utils.matrix.family_model` with ``size="course"``: 4 layers, width 96,
-a 640-token byte-level BPE of its own with digits split, ``<s>``/``</s>``), pretrained on the course corpus with
-01's recipe and trainer, and saved as a hub-style folder **without** a pad token or a chat template, as base
-models ship::
+a byte-level BPE of its own of up to 640 tokens, 591 from the corpus, digits split, ``<s>``/``</s>``), pretrained
+on the course corpus with 01's recipe and trainer, and saved as a hub-style folder **without** a pad token or a
+chat template, as base models ship::
 
     python -m course_utils.base_model llama --out artifacts/own/llama
     COURSE_MODEL=artifacts/own/llama make course

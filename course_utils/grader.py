@@ -23,8 +23,9 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from . import losses, rewards
-from .assignments import ASSIGNMENTS, default_root, load_student
+from . import losses
+from .assignments import ASSIGNMENTS, default_root, load_student, reference
+from .rewards import SEED_TAGS
 
 
 @dataclass(frozen=True)
@@ -285,8 +286,8 @@ GAE = [
           "a row with no real token has advantages and returns of 0"),
     Check("no gradient flows into the values", lambda s, r: _gae_no_grad(s, r),
           "advantages and returns are targets: detach the values"),
-    Check("training smoke: PPO solves a bandit", lambda s, r: _ppo_bandit(s, losses.ppo_policy_loss,
-          losses.ppo_value_loss), "with your GAE, PPO must find the paying action"),
+    Check("training smoke: PPO solves a bandit", lambda s, r: _ppo_bandit(s, REFERENCE["ppo_policy_loss"],
+          REFERENCE["ppo_value_loss"]), "with your GAE, PPO must find the paying action"),
 ]
 
 
@@ -313,7 +314,8 @@ PPO_POLICY = [
           "the share of real tokens where the clipped term is the larger loss"),
     Check("gradient (zero where the clip binds)", lambda s, r: _grads(s, r, _ppo_args(0.5), (0,), "d loss / d logps"),
           "only log pi_theta carries gradient; the clip must cut it where it binds"),
-    Check("training smoke: PPO solves a bandit", lambda s, r: _ppo_bandit(losses.gae, s, losses.ppo_value_loss),
+    Check("training smoke: PPO solves a bandit",
+          lambda s, r: _ppo_bandit(REFERENCE["gae"], s, REFERENCE["ppo_value_loss"]),
           "with your policy loss, PPO must find the paying action"),
 ]
 
@@ -330,13 +332,15 @@ PPO_VALUE = [
     Check("values", lambda s, r: _both(s, r, _value_args, "random values"),
           "0.5 x the masked mean of the larger of the two squared errors"),
     Check("the clip is around the old value", lambda s, r: _both(s, r, lambda k: ((torch.tensor([[0.5]]),
-          torch.tensor([[0.0]]), torch.tensor([[1.0]]), torch.ones(1, 1)), {"clip_range_value": 0.2}), "V=0.5, V_old=0, R=1"),
+          torch.tensor([[0.0]]), torch.tensor([[1.0]]), torch.ones(1, 1)), {"clip_range_value": 0.2}),
+          "V=0.5, V_old=0, R=1"),
           "clip the new value to V_old +- epsilon, then compare both errors against the return"),
     Check("clip fraction", lambda s, r: _same(s(*_value_args(3)[0])[1], r(*_value_args(3)[0])[1], "clipfrac"),
           "the share of real tokens where the clipped error is the larger"),
     Check("gradient", lambda s, r: _grads(s, r, _value_args, (0,), "d loss / d values"),
           "the loss must be differentiable in the new values only"),
-    Check("training smoke: PPO solves a bandit", lambda s, r: _ppo_bandit(losses.gae, losses.ppo_policy_loss, s),
+    Check("training smoke: PPO solves a bandit",
+          lambda s, r: _ppo_bandit(REFERENCE["gae"], REFERENCE["ppo_policy_loss"], s),
           "with your value loss, the baseline must learn and PPO find the paying action"),
 ]
 
@@ -422,11 +426,12 @@ ADV = [
           {"scale": "group"}), "one group [0, 1, 1, 1]"), "the standard deviation is the unbiased one (n - 1)"),
     Check("a group of equal rewards gets 0", lambda s, r: _both(s, r, lambda k: ((torch.tensor([1.0] * 4 + [0.0, 1.0,
           0.0, 0.0]), 4), {"scale": "group"}), "an all-equal group"), "std 0 must not divide by zero: add the 1e-4"),
-    Check("batch and none scales", lambda s, r: [_both(s, r, _adv_args(sc), f"scale={sc!r}") for sc in ("batch", "none")],
+    Check("batch and none scales",
+          lambda s, r: [_both(s, r, _adv_args(sc), f"scale={sc!r}") for sc in ("batch", "none")],
           "'batch': one std over the whole batch, still each group's mean; 'none': no division"),
     Check("a batch of partial groups raises", lambda s, r: _raises(lambda: s(torch.zeros(10), 4), ValueError,
           "10 rewards in groups of 4"), "check that the rewards split into whole groups"),
-    Check("training smoke: GRPO learns", lambda s, r: _grpo_toy(s, losses.grpo_loss),
+    Check("training smoke: GRPO learns", lambda s, r: _grpo_toy(s, REFERENCE["grpo_loss"]),
           "with your advantages, GRPO must learn each prompt's best answer"),
 ]
 
@@ -461,7 +466,7 @@ GRPO = [
           "one ratio per completion: exp of the mean of its real tokens' log-ratios"),
     Check("gradient", lambda s, r: _grads(s, r, _gl_args(beta=0.1), (0,), "d loss / d logps"),
           "only the current log-probs carry gradient"),
-    Check("training smoke: GRPO learns", lambda s, r: _grpo_toy(losses.grpo_advantages, s),
+    Check("training smoke: GRPO learns", lambda s, r: _grpo_toy(REFERENCE["grpo_advantages"], s),
           "with your loss, GRPO must learn each prompt's best answer"),
 ]
 
@@ -547,6 +552,9 @@ ACC = [
           "read the first <answer>...</answer> block"),
     Check("every shape of completion and odd answers", lambda s, r: _same(_acc(s), _acc(r), "all cases"),
           "chat lists (the last message's content), missing or unclosed tags, empty and absurdly long answers"),
+    Check("the tags argument is used", lambda s, r: _same(s(["<SOLUTION>12</SOLUTION>", "<answer>12</answer>"],
+          answer=["12", "12"], tags=SEED_TAGS), [1.0, 0.0], "the seed's tags (notebook 11)"),
+          "read the answer between tags.answer_open and tags.answer_close, not the course's tags written in"),
     Check("never raises on model output", lambda s, r: _acc_never_raises(s, r),
           "a reward function sees anything a model writes: it must return 0.0, not raise"),
     Check("a missing answer column raises ValueError", lambda s, r: _raises(lambda: s(["<answer>1</answer>"]),
@@ -561,7 +569,8 @@ CHECKS: dict[str, list[Check]] = {
     "ppo_value_loss": PPO_VALUE, "dpo_loss": DPO, "grpo_advantages": ADV, "grpo_loss": GRPO,
     "soft_distillation_loss": SOFT, "accuracy_reward": ACC,
 }
-REFERENCE = {name: getattr(losses, name, None) or getattr(rewards, name) for name in CHECKS}
+# the package's own functions, even in student mode (COURSE_IMPL=student), where the modules hold the student's
+REFERENCE = {g.name: reference(g) for a in ASSIGNMENTS.values() for g in a.functions}
 
 
 def grade_function(name: str, func: Callable) -> list[Result]:

@@ -68,8 +68,8 @@ def family_model(family: str, seed: int = 0, size: str = "matrix"):
     """A random model of ``family`` (see the module docstring) and its tokenizer, built in about a second.
 
     ``size="matrix"``: the matrix's (one layer, width 32, a 400-token BPE). ``size="course"``: the course's own
-    model's shape (4 layers, width 96, 4 heads, 2 KV heads) with a 640-token BPE learned from the corpus and the
-    train chats, digits one token each: what :mod:`course_utils.base_model` pretrains.
+    model's shape (4 layers, width 96, 4 heads, 2 KV heads) with a BPE of up to 640 tokens learned from the corpus
+    and the train chats, digits one token each: what :mod:`course_utils.base_model` pretrains.
     """
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 

@@ -116,21 +116,22 @@ def accuracy_reward(completions, answer=None, tags=COURSE_TAGS, **kwargs):
         raise ValueError("accuracy_reward: one answer per completion")
     out = []
     for c, a in zip(completions, answer):
-        t = {text}
-        i = t.{find}(tags.answer_open)
-        j = t.find(tags.answer_close, i)
-        got = t[i + len(tags.answer_open):j].strip() if i >= 0 and j >= 0 else None
+        t, tg = {text}, {tags}
+        i = t.{find}(tg.answer_open)
+        j = t.find(tg.answer_close, i)
+        got = t[i + len(tg.answer_open):j].strip() if i >= 0 and j >= 0 else None
         out.append(1.0 if got and len(got) <= MAX_ANSWER_CHARS and {compare} else 0.0)
     return out
 """
 ACCURACY_SLOTS = {"column": 'if answer is None: raise ValueError("accuracy_reward needs the column `answer`")',
-                  "text": "completion_text(c)", "find": "find", "compare": "answers_equal(got, a)"}
+                  "text": "completion_text(c)", "find": "find", "compare": "answers_equal(got, a)", "tags": "tags"}
 ACCURACY_MUTANTS = [
     ("the last answer block", "the first answer block counts", {"find": "rfind"}),
     ("strings compared, not values", "equal numbers written differently", {"compare": "got == str(a).strip()"}),
     ("a missing column scores 0 silently", "a missing answer column raises ValueError",
      {"column": "answer = answer if answer is not None else [None] * len(completions)",
       "compare": "a is not None and answers_equal(got, a)"}),
+    ("the course's tags written in", "the tags argument is used", {"tags": "COURSE_TAGS"}),
     ("raises on a completion that is not text", "never raises on model output",
      {"text": 'c if isinstance(c, str) else c[-1]["content"]'}),
 ]
@@ -214,7 +215,7 @@ def test_student_mode_puts_the_students_functions_where_the_course_calls_them(tm
     stub.unlink()
     assignments.write(tmp_path)
     code = ("import course_utils\nfrom course_utils import losses, ppo, grpo, dpo, rewards, distill\n"
-            "assert losses.gae is ppo.gae and losses.gae.__module__.startswith('course_student'), losses.gae.__module__\n"
+            "assert losses.gae is ppo.gae and losses.gae.__module__.startswith('course_student')\n"
             "assert grpo.grpo_loss is losses.grpo_loss and grpo.grpo_loss.__module__.startswith('course_student')\n"
             "assert dpo.dpo_loss.__module__.startswith('course_student')\n"
             "assert rewards.accuracy_reward.__module__.startswith('course_student')\n"
@@ -243,7 +244,8 @@ tokenizer = modeling.train_tokenizer()
 from transformers import AutoModelForSequenceClassification
 policy, ref = (modeling.build_model(tokenizer, seed=0) for _ in range(2))
 torch.manual_seed(1)
-value = AutoModelForSequenceClassification.from_config(type(policy.config)(**{**policy.config.to_dict(), "num_labels": 1}))
+config = type(policy.config)(**{**policy.config.to_dict(), "num_labels": 1})
+value = AutoModelForSequenceClassification.from_config(config)
 recipe = replace(recipes.recipe_for("ppo", get_profile("cpu-tiny")), steps=2, rollouts_per_step=8, minibatch_size=4,
                  max_new_tokens=8)
 history = ppo.train(policy, value, ref, tokenizer, data.load_jsonl("arithmetic", "train")[:16], ppo.verifier_scores,
@@ -264,3 +266,15 @@ def test_student_mode_with_the_reference_functions_trains_ppo_to_the_same_number
         runs.append(out.stdout.strip().splitlines()[-3:])
     assert runs[0][-1] == "False False" and runs[1][-1] == "True True"      # the student's functions trained
     assert runs[0][:2] == runs[1][:2]                                       # every step's stats, the final weights
+
+
+def test_grading_in_student_mode_still_compares_with_the_packages_functions(tmp_path):
+    """With COURSE_IMPL=student exported, the package's modules hold the student's functions: the grader must not
+    compare a student with themself."""
+    assignments.write(tmp_path, solutions=True)
+    path = tmp_path / "a4_distillation" / "student.py"
+    path.write_text(path.read_text().replace("return temperature ** 2 * masked_mean(", "return masked_mean("))
+    env = {**os.environ, "COURSE_IMPL": "student", "COURSE_ASSIGNMENTS": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "course_utils.grader", "A4"], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 1 and "the temperature and its T^2" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
