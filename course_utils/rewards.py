@@ -251,9 +251,12 @@ def accuracy_reward(completions: list, answer: list | None = None, tags: Tags = 
                     **kwargs) -> list[float]:
     """1.0 where the answer block equals the reference mathematically, else 0.0.
 
-    ``answer`` (the data set's column of reference answers) is required: without it
-    every completion would score 0 and training would silently optimise nothing, which
-    is what happens when a trainer drops the column (TRL's ``remove_unused_columns=True``).
+    The answer is the stripped text of the *first* block between ``tags.answer_open`` and ``tags.answer_close``
+    (none, empty or longer than ``MAX_ANSWER_CHARS``: 0.0), compared by value (``answers_equal``: ``0.5`` = ``1/2``,
+    ``1,024`` = ``1024``). A completion may be a string or a chat list (``completion_text``); nothing a model writes
+    makes it raise. ``answer`` (the data set's column of reference answers, one per completion) is required: without
+    it every completion would score 0 and training would silently optimise nothing, which is what happens when a
+    trainer drops the column (TRL's ``remove_unused_columns=True``); a missing or mismatched column raises ValueError.
     """
     answer = _required("answer", answer, completions, "accuracy_reward")
     return [1.0 if is_correct(c, a, tags) else 0.0 for c, a in zip(completions, answer)]
