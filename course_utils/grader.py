@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
 from . import losses
 from .assignments import ASSIGNMENTS, default_root, load_student, reference

@@ -278,3 +278,17 @@ def test_grading_in_student_mode_still_compares_with_the_packages_functions(tmp_
     out = subprocess.run([sys.executable, "-m", "course_utils.grader", "A4"], env=env, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 1 and "the temperature and its T^2" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+
+
+def test_every_stub_points_to_a_section_its_notebook_has():
+    """The sections are typed in assignments.ASSIGNMENTS: a renamed heading must not leave a stub pointing nowhere."""
+    import json
+    from course_utils.paths import notebook_files
+    headings = {}
+    for path in notebook_files():
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        headings[path.name[:2]] = [line.lstrip("#").strip() for c in cells if c["cell_type"] == "markdown"
+                                   for line in "".join(c["source"]).splitlines() if line.startswith("#")]
+    for a in assignments.ASSIGNMENTS.values():
+        for g in a.functions:
+            assert any(h.startswith(g.section) for h in headings[g.notebook]), (g.name, g.section)
