@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
 
-.PHONY: install course test lab data clean drift bench lock seeds matrix assignments grade
+.PHONY: install course test lab data clean drift bench lock seeds matrix assignments grade book
 install: $(VENV)/.installed
 
 # Every package of the CPU environment, transitive ones included, pinned with ==: made from pyproject.toml's
@@ -48,6 +48,13 @@ comma := ,
 
 course: install
 	$(OFFLINE) $(PY) -m course_utils.runner
+
+# The course as a static site (course_utils/book.py): Sphinx + MyST-NB + sphinx-book-theme over the notebooks
+# `make course` executed (build/notebooks/), into build/book/; opens from disk or `python -m http.server -d build/book`.
+# BOOK_FROM=build/seeds/s7/notebooks for another run's copies; COURSE_REPO=owner/name adds the hosted-notebook links.
+BOOK_FROM ?= build/notebooks
+book: install
+	$(PY) -m course_utils.book --from $(BOOK_FROM) --out build/book
 
 # The unit tests and every notebook (nbval): notebooks 01-03 first, then two pytest streams side by side at one
 # torch thread each (course_utils/testrun.py says why and which). COURSE_TEST_STREAMS=1: one serial pytest run.

@@ -47,11 +47,43 @@ NBVAL_OUTPUT_TIMEOUT_S = 120
 
 
 def pytest_collection_modifyitems(items):
+    # the tests that read what the notebooks of the same run left (testrun.LAST_TESTS: the book test) go last; make
+    # test runs them in a phase of their own, after every notebook
+    from course_utils.testrun import LAST_TESTS
+
     for item in items:
         if hasattr(item, "output_timeout"):   # nbval's notebook cells
             item.output_timeout = NBVAL_OUTPUT_TIMEOUT_S
+    last = [item for item in items if item.nodeid.split("::")[0] in LAST_TESTS]
+    items[:] = [item for item in items if item not in last] + last
+
+
+class _ExecutedCopies:
+    """Writes each notebook as nbval executed it, outputs included, to ``build/test-notebooks/`` (after every cell,
+    so a notebook that failed is there up to its failing cell): the executed copies a test run leaves, read by the
+    book test (``tests/test_book.py``) and by whoever reads a failed CI. nbval keeps a cell's display and stream
+    outputs but not the later updates of a display (a trainer's table shows its first state)."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.counts: dict[str, int] = defaultdict(int)
+
+    def pytest_runtest_teardown(self, item):
+        outputs, cell = getattr(item, "test_outputs", None), getattr(item, "cell", None)
+        if outputs is None or cell is None or not hasattr(item.parent, "nb"):
+            return
+        import nbformat
+        cell.outputs = [nbformat.from_dict(dict(o)) for o in outputs]
+        name = Path(str(item.parent.fspath)).name
+        self.counts[name] += 1
+        cell.execution_count = self.counts[name]
+        self.folder.mkdir(parents=True, exist_ok=True)
+        nbformat.write(item.parent.nb, self.folder / name)
 
 
 def pytest_configure(config):
     if not config.pluginmanager.has_plugin("notebook-budgets"):
         config.pluginmanager.register(_NotebookBudgets(), "notebook-budgets")
+    if not config.pluginmanager.has_plugin("executed-copies"):
+        folder = Path(config.rootpath) / "build" / "test-notebooks"
+        config.pluginmanager.register(_ExecutedCopies(folder), "executed-copies")

@@ -32,7 +32,10 @@ diagnostics       reading an RL run's log history: failure signs and their usual
 plotting          figures; every function returns ``(fig, ax)``
 checks            ``compare`` from-scratch code with the library; ``show_source``
 results           per-notebook metrics -> ``build/RESULTS.md``; seconds against budgets
+progress          the course's progress bars: widgets live, text bars in a headless run
 runner            ``make course``: every notebook in a fresh kernel -> ``build/``
+book              ``make book``: the executed notebooks as a static site (Sphinx + MyST-NB); install cells
+browser           a headless Chromium over the DevTools protocol: the book as a reader's browser shows it
 testrun           ``make test``: notebooks 01-03, then two pytest streams side by side at one thread each
 seeds             ``make seeds``: the course once per seed -> ``build/SEEDS.md``
 matrix            ``make matrix``: notebooks 02-12 on two other model families, at the smoke scale
@@ -41,7 +44,7 @@ assignments       ``make assignments``: the graded functions as stubs; student m
 grader            ``make grade``: a student's functions against the reference, edge cases, gradients, training
 bench             ``make bench``: each phase timed against this machine's matmul roofline
 memory            training memory of each notebook's GPU recipe for Qwen3-0.6B/1.7B/4B: copies, activations, logits
-course            the notebook map and the English-Chinese glossary
+course            the notebook map, the English-Chinese glossary, the hosted entry points (``COURSE_REPO``)
 compat            CPU fallbacks for TRL 1.15's Triton-only log-prob and divergence kernels
 ================= ==========================================================
 

@@ -190,7 +190,9 @@ def adapt(model, tokenizer, tags: Tags = COURSE_TAGS, *, keep_template: bool = F
                               "language model (AutoModelForCausalLM) or a classifier on one")
     done = adapt_tokenizer(tokenizer, tags, keep_template=keep_template)
     if done["added"]:
-        model.resize_token_embeddings(len(tokenizer), mean_resizing=True)   # new rows start near the mean embedding
+        from .modeling import transformers_errors_only
+        with transformers_errors_only():   # transformers announces the mean initialisation chosen here
+            model.resize_token_embeddings(len(tokenizer), mean_resizing=True)   # new rows start near the mean embedding
     for config in (model.config, getattr(model, "generation_config", None)):
         if config is not None:
             config.pad_token_id, config.eos_token_id = tokenizer.pad_token_id, tokenizer.eos_token_id

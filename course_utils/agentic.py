@@ -109,7 +109,9 @@ def add_tool_tokens(tokenizer, model=None) -> list[int]:
     from tokenizers import AddedToken
     tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in TOOL_TAGS])
     if model is not None and model.get_input_embeddings().weight.shape[0] != len(tokenizer):
-        model.resize_token_embeddings(len(tokenizer), mean_resizing=True)
+        from .modeling import transformers_errors_only
+        with transformers_errors_only():   # transformers announces the mean initialisation chosen here
+            model.resize_token_embeddings(len(tokenizer), mean_resizing=True)
     return tokenizer.convert_tokens_to_ids(list(TOOL_TAGS))
 
 

@@ -12,6 +12,7 @@ meaning; notebooks show theirs with ``glossary_table(["sft", "loss-mask", ...])`
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,6 +94,63 @@ NOTEBOOKS = [
 ]
 
 
+COURSE_REPO = ""
+"""The course's public git repository as ``owner/name`` on GitHub, the one setting the hosted entry points read: every
+notebook's install cell (:func:`install_cell`) clones it, and the book and the README link each chapter to a hosted
+notebook service with it. Empty while the course has no fixed public home: set it when you publish a copy, then run
+``python -m course_utils.book --sync-install-cells`` (a test checks the cells against it); env ``COURSE_REPO``
+overrides it for a notebook's install and for ``make book``."""
+
+
+def install_cell(extra: str = "") -> str:
+    """The source of a notebook's first code cell: on a hosted notebook service, where ``course_utils`` is missing, it
+    clones the course (env ``COURSE_REPO``, else :data:`COURSE_REPO`) and installs it with pip (``extra``: an
+    optional dependency group, ``"gpu"`` for notebook 11); anywhere the course is installed it does nothing. It
+    cannot import the course, so it is plain code, the same in every notebook (``tests/test_repo.py``)."""
+    target = f"course[{extra}]" if extra else "course"
+    url = f"https://github.com/{COURSE_REPO}" if COURSE_REPO else ""
+    return "\n".join([
+        "# Opened on a hosted notebook service without the course? This installs it first (a clone of its repository:",
+        "# set COURSE_REPO to its git URL if the line below has none). Where the course is installed it does nothing.",
+        "import importlib.util",
+        "import os",
+        "import subprocess",
+        "import sys",
+        "",
+        'if importlib.util.find_spec("course_utils") is None:',
+        f'    COURSE_REPO = os.environ.get("COURSE_REPO", "{url}")',
+        "    if not COURSE_REPO:",
+        '        raise RuntimeError("course_utils is missing: set COURSE_REPO (env var or this cell) to the course\'s git URL")',
+        '    subprocess.run(["git", "clone", "--depth", "1", COURSE_REPO, "course"], check=True)',
+        f'    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "{target}"], check=True)',
+        '    sys.path.insert(0, os.path.abspath("course"))',
+        '    os.chdir("course/notebooks")   # artifacts/ and data/ are found from the repository',
+    ])
+
+
+HOSTED_URL = "https://colab.research.google.com/github/{repo}/blob/main/notebooks/{filename}"
+"""a hosted notebook service that opens a notebook straight from a GitHub repository (``owner/name``)"""
+
+
+def course_repo() -> str:
+    """The course's GitHub repository as ``owner/name``: env ``COURSE_REPO`` (a URL is cut to ``owner/name``), else
+    :data:`COURSE_REPO` (empty while the course has no fixed public home)."""
+    value = (os.environ.get("COURSE_REPO") or COURSE_REPO).strip().removesuffix(".git").rstrip("/")
+    match = re.search(r"github\.com[/:]([^/]+/[^/]+)$", value)
+    return match.group(1) if match else value
+
+
+def hosted_url(nb: NotebookInfo, repo: str | None = None) -> str | None:
+    """The link that opens ``nb`` on a hosted notebook service, or None without a repository (:func:`course_repo`)."""
+    repo = course_repo() if repo is None else repo
+    return HOSTED_URL.format(repo=repo, filename=nb.filename) if repo else None
+
+
+def install_extra(number: str) -> str:
+    """The optional dependency group notebook ``number``'s install cell adds: ``"gpu"`` (unsloth, vLLM) for 11."""
+    return "gpu" if number == "11" else ""
+
+
 def notebook_name(number: str) -> str:
     """The name (file stem) of notebook ``number``: ``notebook_name("02") == "02_sft"``."""
     for nb in NOTEBOOKS:
@@ -109,12 +167,15 @@ def _cell(text: str) -> str:
 def notebook_table(link_prefix: str = "notebooks/", planned: bool = True) -> str:
     """The notebook map as a Markdown table.
 
+    The last column says which runtime a hosted notebook service needs (a free CPU one for all but 11) and, where
+    :func:`course_repo` names the course's repository, links to the notebook there.
+
     Args:
         link_prefix: the path from the page showing the table to the notebooks: ``"notebooks/"``
             in the README, ``""`` in a notebook (notebook 00).
         planned: also list the planned notebooks, without a link and marked *coming*.
     """
-    rows = ["| # | notebook | what you learn | CPU min |", "|---|---|---|---|"]
+    rows = ["| # | notebook | what you learn | CPU min | hosted |", "|---|---|---|---|---|"]
     for nb in NOTEBOOKS:
         if nb.built:
             title = f"[{_cell(nb.title)}]({link_prefix}{nb.filename})"
@@ -123,7 +184,10 @@ def notebook_table(link_prefix: str = "notebooks/", planned: bool = True) -> str
         else:
             continue
         minutes = "–" if nb.cpu_minutes is None else f"{nb.cpu_minutes:g}"
-        rows.append(f"| {nb.number} | {title} | {_cell(nb.learn)} | {minutes} |")
+        runtime = "GPU" if install_extra(nb.number) == "gpu" else "CPU"
+        url = hosted_url(nb) if nb.built else None
+        hosted = f"[{runtime}]({url})" if url else (runtime if nb.built else "–")
+        rows.append(f"| {nb.number} | {title} | {_cell(nb.learn)} | {minutes} | {hosted} |")
     return "\n".join(rows)
 
 

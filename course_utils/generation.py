@@ -18,10 +18,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
-from tqdm.auto import tqdm
 
 from . import engine
 from .losses import completion_logps
+from .progress import tqdm
 
 
 @contextmanager

@@ -14,6 +14,7 @@
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -112,6 +113,20 @@ def build_model(tokenizer: PreTrainedTokenizerFast, seed: int, **config_kwargs) 
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     return model
+
+
+@contextmanager
+def transformers_errors_only():
+    """Inside the block, transformers logs errors only: around the calls whose warnings are the course's intent, e.g. a
+    new classification head "missing" from the checkpoint it is put on, or new embedding rows for added tokens. A
+    learner would read those warnings as faults, and an executed copy would carry them into the book."""
+    from transformers.utils import logging as hf_logging
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
 
 
 def disable_dropout(*models: torch.nn.Module) -> None:

@@ -32,14 +32,14 @@ from typing import Callable
 
 import torch
 from torch import nn
-from tqdm.auto import trange
 
 from .chat import chat_prompt
 from .evaluation import score_completions
 from .generation import Completions, eos_token_ids, logps_under, sample_completions
 from .losses import (entropy_from_logits, gae, kl_estimate, mask_positions, masked_mean, masked_whiten,
                      ppo_policy_loss, ppo_value_loss, selective_log_softmax)
-from .modeling import disable_dropout
+from .modeling import disable_dropout, transformers_errors_only
+from .progress import trange
 from .recipes import PPORecipe
 from .rewards import accuracy_reward
 
@@ -101,17 +101,12 @@ def load_models(profile, start: str = "sft_cold"):
     dropout (:func:`modeling.disable_dropout`, as TRL's PPO had it).
     """
     from transformers import AutoModelForSequenceClassification
-    from transformers.utils import logging as hf_logging
 
     from .stages import load_policy_and_reference, load_stage
 
     policy, reference, tokenizer = load_policy_and_reference(profile, start)
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()   # the new score head is "missing" from the checkpoint, as intended
-    try:
+    with transformers_errors_only():   # the new score head is "missing" from the checkpoint, as intended
         value_model, _ = load_stage(start, profile, model_class=AutoModelForSequenceClassification, num_labels=1)
-    finally:
-        hf_logging.set_verbosity(verbosity)
     disable_dropout(policy, reference, value_model)
     return policy, reference, value_model.float(), tokenizer
 

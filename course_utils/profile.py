@@ -176,7 +176,20 @@ def get_profile(name: str = "auto", *, model_id: str | None = None, seed: int | 
     if prof.threads is None:
         prof = replace(prof, threads=resolve_threads(prof.name))
     torch.set_num_threads(prof.threads)
+    quiet_loading_bars()
     return prof
+
+
+def quiet_loading_bars() -> None:
+    """Switch off the progress bars of loading weights (transformers, the hub) and of ``Dataset.map`` (datasets).
+
+    A course model loads and maps in a blink, so each bar says nothing live, and in an executed copy (the book) it
+    stays frozen at "0/46" as a widget. The course's own loops and the trainers' tables keep their bars.
+    """
+    import datasets
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()
+    datasets.disable_progress_bars()
 
 
 def seed_everything(seed: int) -> None:

@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .paths import notebook_files, repo_root
+from .progress import TEXT_PROGRESS_ENV
 from .results import budget_report, load_results, results_dir, results_markdown
 from .testrun import default_streams, one_thread_env, split
 
@@ -41,6 +42,8 @@ def execute_one(notebook: Path, out_dir: Path, timeout: int) -> None:
     from nbclient import NotebookClient
     from nbconvert import HTMLExporter
 
+    from .book import clean_notebook
+
     nb = nbformat.read(notebook, as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                             resources={"metadata": {"path": str(notebook.parent)}})
@@ -50,7 +53,8 @@ def execute_one(notebook: Path, out_dir: Path, timeout: int) -> None:
         (out_dir / "notebooks").mkdir(parents=True, exist_ok=True)
         (out_dir / "html").mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, out_dir / "notebooks" / notebook.name)
-        html, _ = HTMLExporter().from_notebook_node(nb)
+        readable = nbformat.from_dict(clean_notebook(nb))   # progress bars in their final state, no colour codes
+        html, _ = HTMLExporter().from_notebook_node(readable)
         (out_dir / "html" / notebook.with_suffix(".html").name).write_text(html, encoding="utf-8")
     kernel_peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     print(json.dumps({"peak_ram_mb": round(kernel_peak_kib / 1024, 1)}))
@@ -153,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         parser.error(f"no such notebook: {missing}")
     streams = args.streams if args.streams is not None else default_streams("COURSE_STREAMS")
+    os.environ.setdefault(TEXT_PROGRESS_ENV, "1")   # the kernels inherit it: bars the executed copies show finished
     return run_course(notebooks, Path(args.out), args.timeout, streams)
 
 

@@ -37,7 +37,7 @@ from transformers import AutoModelForCausalLM, AutoModelForSequenceClassificatio
 from . import training
 from .adapt import adapt
 from .course import notebook_name
-from .modeling import build_model, check_safetensors_dir, save_checkpoint, train_tokenizer
+from .modeling import build_model, check_safetensors_dir, save_checkpoint, train_tokenizer, transformers_errors_only
 from .paths import artifacts_dir
 from .profile import Profile, get_profile, seed_everything
 from .recipes import recipe_for
@@ -217,7 +217,8 @@ def build_stage(name: str, profile: Profile, recipe=None) -> Path:
         tokenizer = train_tokenizer()
         model = build_model(tokenizer, seed=profile.seed).to(profile.device)
     else:
-        model, tokenizer = load_stage(stage.parent, profile, model_class=stage.model_class, **stage.model_kwargs)
+        with transformers_errors_only():   # a reward model's new score head is "missing" from its parent, as intended
+            model, tokenizer = load_stage(stage.parent, profile, model_class=stage.model_class, **stage.model_kwargs)
     output_dir = artifacts_dir(stage.notebook_name) / profile.slug / f"{name}-trainer"
     stage.trainer(model, tokenizer, profile, recipe, output_dir).train()
     return save_stage(name, model, tokenizer, profile, recipe)

@@ -11,6 +11,8 @@ same two one after the other at two threads. The plan:
 2. **Phase 2**, two pytest processes side by side, each at one torch thread (``COURSE_THREADS=1``):
    :data:`STREAM_A` in that order (08 reads 07's results), and stream B: the unit tests, then
    every other notebook in order.
+3. **Phase 3**: :data:`LAST_TESTS`, the tests that read what the notebooks left (the book test builds a small book
+   from two executed copies and reads it in a headless browser): they execute no notebook themselves.
 
 Every notebook still runs in full, with its check cell. ``make course`` (:mod:`course_utils.runner`)
 runs the same plan, so both give the same numbers; one thread rounds differently from two (the
@@ -26,12 +28,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from .paths import notebook_files, repo_root
+from .progress import TEXT_PROGRESS_ENV
 
 PHASE_1 = ("01", "02", "03")
 """notebooks run first, serially: they make the stages the others load"""
@@ -50,6 +54,10 @@ finished training and saved its model, then hung at teardown until the test's 30
 2026-12-04 (commits ff715c2 and e28ae9b); alone it has always ended."""
 
 
+LAST_TESTS = ("tests/test_book.py",)
+"""unit tests that read the executed copies the notebooks of this run left in ``build/test-notebooks/``: phase 3"""
+
+
 def plan(root: Path | None = None) -> tuple[list[str], list[str], list[str]]:
     """``(phase 1, stream A, stream B)`` as pytest arguments: paths relative to the repository root.
 
@@ -63,7 +71,7 @@ def plan(root: Path | None = None) -> tuple[list[str], list[str], list[str]]:
     phase_1, stream_a, stream_b = split(notebooks)
     as_args = lambda paths: [f"notebooks/{p.name}" for p in paths]
     return (as_args(phase_1) + list(SERIAL_TESTS), as_args(stream_a),
-            ["tests", *(f"--ignore={t}" for t in SERIAL_TESTS)] + as_args(stream_b))
+            ["tests", *(f"--ignore={t}" for t in SERIAL_TESTS + LAST_TESTS)] + as_args(stream_b))
 
 
 def split(notebooks: list[Path]) -> tuple[list[Path], list[Path], list[Path]]:
@@ -108,15 +116,22 @@ def _seconds(paths: list[Path]) -> dict[str, float]:
     return seconds
 
 
+def failed_streams(codes: dict[str, int]) -> list[str]:
+    """The parts (``"A"``, ``"B"``, ``"LAST"``) whose pytest exit code was not 0."""
+    return [k.upper() for k, c in codes.items() if c != 0]
+
+
 def main(argv: list[str] | None = None) -> int:
     root = repo_root()
     extra = list(argv if argv is not None else sys.argv[1:])   # passed to every pytest call (e.g. -x)
     logs = root / "build" / "test-logs"
     logs.mkdir(parents=True, exist_ok=True)
     base_env = dict(os.environ)
+    base_env.setdefault(TEXT_PROGRESS_ENV, "1")   # text bars, whose last state the executed copies keep (progress.py)
     if default_streams("COURSE_TEST_STREAMS") == 1:
         return subprocess.call([sys.executable, "-m", "pytest", *extra], env=base_env)
 
+    shutil.rmtree(root / "build" / "test-notebooks", ignore_errors=True)   # executed copies of this run only
     phase_1, stream_a, stream_b = plan(root)
     record = {name: logs / f"{name}-seconds.json" for name in ("phase1", "a", "b")}
     for path in record.values():
@@ -148,13 +163,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n== stream {k.upper()}'s output ({logs / f'stream-{k}.log'}):", flush=True)
         print((logs / f"stream-{k}.log").read_text(encoding="utf-8", errors="replace"), flush=True)
 
+    t3 = time.time()
+    if not failed_streams(codes):   # phase 3 reads what every notebook left
+        print(f"== phase 3: {' '.join(LAST_TESTS)}", flush=True)
+        codes["last"] = _pytest(list(LAST_TESTS) + extra, base_env, None).wait()
+        ended["last"] = time.time() - t3
+        print(f"== phase 3 ended with exit code {codes['last']} after {ended['last']:.0f} s", flush=True)
+
     from .bench import matmul_gflops
     from .results import budget_report
     print("== notebook budgets (a report, not a test). Phase 2's notebooks ran two at a time at one thread "
           "each: their seconds are wall time while sharing the machine, not a notebook's own.", flush=True)
     print(budget_report(_seconds(list(record.values())), matmul_gflops()), flush=True)
-    failed = [k.upper() for k, c in codes.items() if c != 0]
-    print(f"== phase 1 {t1 - t0:.0f} s, phase 2 {max(ended.values()):.0f} s; "
+    failed = failed_streams(codes)
+    phase_3 = f", phase 3 {ended['last']:.0f} s" if "last" in ended else ""
+    print(f"== phase 1 {t1 - t0:.0f} s, phase 2 {max(v for k, v in ended.items() if k != 'last'):.0f} s{phase_3}; "
           + (f"FAILED: stream {', '.join(failed)}" if failed else "every part passed"), flush=True)
     return 1 if failed else 0
 

@@ -13,7 +13,9 @@ call spread over five lines counts five) is one of:
 * ``log_history`` filters — log digging;
 * ``stage_exists`` / ``P == Params()`` / ``calibrated(`` tests — "may we assert here?" decisions.
 
-Everything else (training calls, losses, the model, the checks' own ``assert``s, plots) is the lesson.
+Everything else (training calls, losses, the model, the checks' own ``assert``s, plots) is the lesson. The install
+cell every notebook opens with (``course.install_cell()``: a hosted notebook service's install step, the same in every
+notebook, checked so by ``tests/test_repo.py``) is neither and is not counted.
 Foundation III (issue 26) asks that the bookkeeping drop by at least half; this script is the ruler
 used before and after.
 """
@@ -28,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PRINTING = {"print", "display", "show_markdown", "Markdown", "show", "pprint"}
 RECORDING = {"record_results", "Timer"}
+INSTALL_CELL_START = "# Opened on a hosted notebook service"
 CATEGORIES = ("imports", "printing", "text and tables", "timing and recording", "log digging", "assert decisions")
 
 
@@ -112,7 +115,7 @@ def count_notebook(path: Path) -> dict:
     counts = dict.fromkeys(CATEGORIES, 0)
     lesson = [0]
     for cell in nb["cells"]:
-        if cell["cell_type"] != "code":
+        if cell["cell_type"] != "code" or "".join(cell["source"]).startswith(INSTALL_CELL_START):
             continue
         source = "\n".join(line for line in "".join(cell["source"]).splitlines()
                            if not line.lstrip().startswith(("%", "!")))

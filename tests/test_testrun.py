@@ -23,6 +23,8 @@ def test_the_plan_runs_every_notebook_once_and_the_unit_tests():
     assert stream_b[0] == "tests" and "tests" not in phase_1 + stream_a
     for serial in testrun.SERIAL_TESTS:        # multi-process tests: in phase 1, alone, and not again in stream B
         assert (ROOT_DIR / serial).is_file() and serial in phase_1 and f"--ignore={serial}" in stream_b
+    for last in testrun.LAST_TESTS:            # they read the notebooks' executed copies: phase 3, not stream B
+        assert (ROOT_DIR / last).is_file() and f"--ignore={last}" in stream_b and last not in phase_1 + stream_a
 
 
 def test_every_stage_a_notebook_loads_is_made_in_phase_1():
