@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -121,9 +122,19 @@ def stage_exists(name: str, profile: Profile) -> bool:
 def load_checkpoint(path: str | Path, model_class=AutoModelForCausalLM, **kwargs):
     """Load ``(model, tokenizer)`` from a local safetensors checkpoint folder."""
     path = check_safetensors_dir(path)
-    model = model_class.from_pretrained(path, use_safetensors=True, trust_remote_code=False, **kwargs)
+    quiet = transformers_errors_only() if _is_head_swap(path, model_class) else nullcontext()
+    with quiet:   # a language model under a new head: transformers reports the head "missing", as intended
+        model = model_class.from_pretrained(path, use_safetensors=True, trust_remote_code=False, **kwargs)
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     return model, tokenizer
+
+
+def _is_head_swap(path: Path, model_class) -> bool:
+    """True where a causal language model's checkpoint is loaded under another class (a reward, value or process
+    reward head on its backbone): the new head's weights are missing from the checkpoint by design."""
+    config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    saved_as_lm = any(a.endswith("ForCausalLM") for a in config.get("architectures") or [])
+    return saved_as_lm and model_class is not AutoModelForCausalLM and not model_class.__name__.endswith("ForCausalLM")
 
 
 def load_hub_model(model_id: str, profile: Profile, model_class=AutoModelForCausalLM, **kwargs):

@@ -180,3 +180,25 @@ def test_the_committed_pipeline_figure_is_what_plot_pipeline_draws_now(tmp_path)
     committed = mpimg.imread(ROOT / book.PIPELINE_FIGURE)
     assert fresh.shape == committed.shape, "redraw it: python -m course_utils.book --figure"
     assert float(np.abs(fresh - committed).mean()) < 0.01, "redraw it: python -m course_utils.book --figure"
+
+
+def test_a_backbone_under_a_new_head_loads_quietly_and_a_real_gap_is_still_reported(tmp_path, capsys):
+    """transformers' LOAD REPORT of a head put on a language model is the course's intent and is silenced; the same
+    class loaded from a checkpoint saved under it is not a head swap, so a report there would still show."""
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+    from course_utils.modeling import build_model, save_checkpoint, train_tokenizer
+    from course_utils.stages import _is_head_swap, load_checkpoint
+    tokenizer = train_tokenizer()
+    path = save_checkpoint(build_model(tokenizer, seed=0, layers=1), tokenizer, tmp_path / "lm")
+    assert _is_head_swap(path, AutoModelForSequenceClassification)
+    assert not _is_head_swap(path, AutoModelForCausalLM)
+    model, _ = load_checkpoint(path, AutoModelForSequenceClassification, num_labels=1)
+    assert "LOAD REPORT" not in capsys.readouterr().err
+    head_path = save_checkpoint(model, tokenizer, tmp_path / "rm")
+    assert not _is_head_swap(head_path, AutoModelForSequenceClassification)
+
+
+def test_the_calculator_tool_never_warns(recwarn):
+    from course_utils.agentic import calc
+    assert calc("3a") == "error" and calc("2+3") == "5"
+    assert not [w for w in recwarn if issubclass(w.category, SyntaxWarning)]
