@@ -9,6 +9,7 @@ exclude_patterns = ["_build", "_doctrees", "**.ipynb_checkpoints"]
 
 nb_execution_mode = "off"         # outputs come from `make course`'s run; a book build never trains anything
 nb_merge_streams = True
+nb_render_markdown_format = "myst"   # Markdown outputs (the course's tables) with tables; the default has none
 nb_output_stderr = "show"         # library messages stay visible; messages.md says which are expected and why
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "html_image"]
 myst_heading_anchors = 3

@@ -117,16 +117,15 @@ def clean_notebook(nb: dict) -> dict:
 
 
 def link_chapters(text: str, chapters: list[NotebookInfo]) -> str:
-    """``text`` (Markdown) with its links to course notebooks (``[title](02_sft.ipynb)``, as the course map in 00
-    has them) pointed at the chapters' pages; a link to a notebook that is no chapter of this book becomes plain
-    text. MyST resolves such links in Markdown cells itself, but not in a cell's Markdown output."""
+    """``text`` (Markdown) with its links to course notebooks that are no chapter of this book (``[SFT](02_sft.ipynb)``
+    in 00's course map, in a two-chapter book) turned into plain text; a link to a chapter stays, and MyST resolves
+    it to the chapter's page."""
     in_book = {nb.filename for nb in chapters}
+    course = {nb.filename for nb in NOTEBOOKS}
 
     def relink(match: re.Match) -> str:
         title, target = match.group(1), match.group(2)
-        if target in in_book:
-            return f"[{title}]({target.removesuffix('.ipynb')}.html)"
-        return title if target in {nb.filename for nb in NOTEBOOKS} else match.group(0)
+        return title if target in course and target not in in_book else match.group(0)
 
     return re.sub(r"\[([^\]]*)\]\(([0-9]{2}_[a-z0-9_]+\.ipynb)\)", relink, text)
 
@@ -144,15 +143,16 @@ def hosted_runtime(nb: NotebookInfo) -> str:
 def run_box(nb: NotebookInfo, repo: str | None = None) -> str:
     """The "Run it yourself" box a chapter opens with: locally, in JupyterLab, and on a hosted notebook service."""
     url = hosted_url(nb, repo)
-    hosted = (f"[open `{nb.filename}` on a hosted notebook service]({url})" if url else
-              f"upload `notebooks/{nb.filename}` to a hosted notebook service (a book built with "
-              f"`{COURSE_REPO_ENV}=owner/name` links it here)")
+    hosted = (f"[open `{nb.filename}` on a hosted notebook service]({url}); its first cell installs the course" if url
+              else f"upload `notebooks/{nb.filename}` to a hosted notebook service and set `COURSE_REPO` in its first "
+                   f"cell to the git URL you cloned the course from: that cell then installs the course (a book built "
+                   f"with `{COURSE_REPO_ENV}=owner/name` links the notebook here)")
     return "\n".join([
         ":::{admonition} Run it yourself", ":class: tip",
         f"- **Locally:** `git clone` the course, then `make course` runs every chapter headless, or "
         f"`python -m course_utils.runner notebooks/{nb.filename}` this one.",
         f"- **JupyterLab:** `make lab` and open `notebooks/{nb.filename}`.",
-        f"- **Hosted:** {hosted}; its first cell installs the course. Runtime: {hosted_runtime(nb)}.",
+        f"- **Hosted:** {hosted}. Runtime: {hosted_runtime(nb)}.",
         f"- What you see below is one run's output (the front page says where it ran); your figures will differ a "
         f"little, and the prose says what held on every seed tried.", ":::", ""])
 

@@ -44,15 +44,17 @@ class PageReport:
     links: list[str] = field(default_factory=list)           # every <a href>, resolved by the browser
     math: int = 0                                             # formulas typeset by MathJax (mjx-container)
     math_errors: int = 0                                      # formulas MathJax could not parse (merror)
+    raw_tables: list[str] = field(default_factory=list)      # lines shown as "| a | b |": Markdown left unrendered
 
 
-_PAGE_FACTS = """JSON.stringify({
+_PAGE_FACTS = r"""JSON.stringify({
   title: document.title,
   images: Array.from(document.images).map(i => ({src: i.currentSrc || i.src, loaded: i.complete && i.naturalWidth > 0})),
   links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href),
   math: document.querySelectorAll('mjx-container').length,
   math_errors: document.querySelectorAll('mjx-merror, [data-mjx-error]').length,
   pending_math: document.querySelectorAll('.math:not(:has(mjx-container))').length,
+  raw_tables: document.body.innerText.split('\n').filter(l => /^\s*\|.*\|\s*$/.test(l)).slice(0, 5),
 })"""
 
 
@@ -144,7 +146,7 @@ class Browser:
         facts = json.loads(self.evaluate(_PAGE_FACTS))
         self._drain(0.3)
         report = PageReport(url=url, title=facts["title"], images=facts["images"], links=facts["links"],
-                            math=facts["math"], math_errors=facts["math_errors"])
+                            math=facts["math"], math_errors=facts["math_errors"], raw_tables=facts["raw_tables"])
         for event in self._events:
             method, params = event.get("method"), event.get("params", {})
             if method == "Runtime.exceptionThrown":

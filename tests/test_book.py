@@ -83,6 +83,7 @@ def test_every_page_loads_without_errors(pages, site):
     for name, report in reports.items():
         assert not report.errors, f"{name}: console errors {report.errors}"
         assert not report.failed_requests, f"{name}: failed requests {report.failed_requests}"
+        assert not report.raw_tables, f"{name}: Markdown shown as text, not rendered: {report.raw_tables}"
 
 
 def test_every_figure_loads(pages):

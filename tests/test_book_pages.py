@@ -70,10 +70,10 @@ def test_clean_notebook_keeps_a_bars_text_where_no_state_was_saved():
     assert book.WIDGET_VIEW not in json.dumps(outs)
 
 
-def test_links_to_notebooks_point_at_chapters_or_become_text():
+def test_links_to_notebooks_outside_the_book_become_text():
     chapters = [nb for nb in NOTEBOOKS if nb.number in ("00", "07")]
     text = "| [Setup](00_setup_and_map.ipynb) | [SFT](02_sft.ipynb) | [site](https://x.org/a.ipynb) |"
-    assert book.link_chapters(text, chapters) == "| [Setup](00_setup_and_map.html) | SFT | [site](https://x.org/a.ipynb) |"
+    assert book.link_chapters(text, chapters) == "| [Setup](00_setup_and_map.ipynb) | SFT | [site](https://x.org/a.ipynb) |"
 
 
 def test_hosted_links_follow_the_course_repo_setting(monkeypatch):
