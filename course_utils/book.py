@@ -20,7 +20,6 @@ import argparse
 import copy
 import html
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -28,8 +27,8 @@ import sys
 import time
 from pathlib import Path
 
-from .course import (NOTEBOOKS, NotebookInfo, course_repo, glossary_table, hosted_url, install_cell, install_extra,
-                     notebook_table)
+from .course import (COURSE_REPO_ENV, NOTEBOOKS, NotebookInfo, course_repo, glossary_table, hosted_url, install_cell,
+                     install_extra, needs_gpu, notebook_table)
 from .paths import repo_root
 
 BOOK_FILES = "book"
@@ -38,7 +37,6 @@ PIPELINE_FIGURE = "book/_static/pipeline.png"
 """00's pipeline figure, drawn once (:func:`draw_pipeline_figure`): the book's cover and the README's picture"""
 EXECUTED_BY_TESTS = "build/test-notebooks"
 """where ``make test`` leaves the notebooks nbval executed (the top-level ``conftest.py`` writes them)"""
-COURSE_REPO_ENV = "COURSE_REPO"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -134,7 +132,7 @@ def link_chapters(text: str, chapters: list[NotebookInfo]) -> str:
 
 def hosted_runtime(nb: NotebookInfo) -> str:
     """Which free hosted runtime suits ``nb``: the GPU capstone wants a GPU; every other chapter runs on a CPU one."""
-    if nb.number == "11":
+    if needs_gpu(nb):
         return ("a GPU runtime for unsloth + vLLM (on a CPU runtime it runs the tiny model's path with TRL + PEFT, "
                 "which proves the recipe and not the speed)")
     return "a free CPU runtime is enough (the course's tiny model; the stages it needs are built first if missing)"

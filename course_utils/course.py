@@ -94,6 +94,8 @@ NOTEBOOKS = [
 ]
 
 
+COURSE_REPO_ENV = "COURSE_REPO"
+"""the environment variable that overrides :data:`COURSE_REPO` (an install cell reads it too)"""
 COURSE_REPO = ""
 """The course's public git repository as ``owner/name`` on GitHub, the one setting the hosted entry points read: every
 notebook's install cell (:func:`install_cell`) clones it, and the book and the README link each chapter to a hosted
@@ -118,7 +120,7 @@ def install_cell(extra: str = "") -> str:
         "import sys",
         "",
         'if importlib.util.find_spec("course_utils") is None:',
-        f'    COURSE_REPO = os.environ.get("COURSE_REPO", "{url}")',
+        f'    COURSE_REPO = os.environ.get("{COURSE_REPO_ENV}", "{url}")',
         "    if not COURSE_REPO:",
         '        raise RuntimeError("course_utils is missing: set COURSE_REPO (env var or this cell) to the course\'s git URL")',
         '    subprocess.run(["git", "clone", "--depth", "1", COURSE_REPO, "course"], check=True)',
@@ -135,7 +137,7 @@ HOSTED_URL = "https://colab.research.google.com/github/{repo}/blob/main/notebook
 def course_repo() -> str:
     """The course's GitHub repository as ``owner/name``: env ``COURSE_REPO`` (a URL is cut to ``owner/name``), else
     :data:`COURSE_REPO` (empty while the course has no fixed public home)."""
-    value = (os.environ.get("COURSE_REPO") or COURSE_REPO).strip().removesuffix(".git").rstrip("/")
+    value = (os.environ.get(COURSE_REPO_ENV) or COURSE_REPO).strip().removesuffix(".git").rstrip("/")
     match = re.search(r"github\.com[/:]([^/]+/[^/]+)$", value)
     return match.group(1) if match else value
 
@@ -149,6 +151,11 @@ def hosted_url(nb: NotebookInfo, repo: str | None = None) -> str | None:
 def install_extra(number: str) -> str:
     """The optional dependency group notebook ``number``'s install cell adds: ``"gpu"`` (unsloth, vLLM) for 11."""
     return "gpu" if number == "11" else ""
+
+
+def needs_gpu(nb: NotebookInfo) -> bool:
+    """True for the notebook whose real path wants a GPU on a hosted service (it installs the ``gpu`` extra)."""
+    return install_extra(nb.number) == "gpu"
 
 
 def notebook_name(number: str) -> str:
@@ -184,7 +191,7 @@ def notebook_table(link_prefix: str = "notebooks/", planned: bool = True) -> str
         else:
             continue
         minutes = "–" if nb.cpu_minutes is None else f"{nb.cpu_minutes:g}"
-        runtime = "GPU" if install_extra(nb.number) == "gpu" else "CPU"
+        runtime = "GPU" if needs_gpu(nb) else "CPU"
         url = hosted_url(nb) if nb.built else None
         hosted = f"[{runtime}]({url})" if url else (runtime if nb.built else "–")
         rows.append(f"| {nb.number} | {title} | {_cell(nb.learn)} | {minutes} | {hosted} |")

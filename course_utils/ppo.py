@@ -38,7 +38,7 @@ from .evaluation import score_completions
 from .generation import Completions, eos_token_ids, logps_under, sample_completions
 from .losses import (entropy_from_logits, gae, kl_estimate, mask_positions, masked_mean, masked_whiten,
                      ppo_policy_loss, ppo_value_loss, selective_log_softmax)
-from .modeling import disable_dropout, transformers_errors_only
+from .modeling import disable_dropout
 from .progress import trange
 from .recipes import PPORecipe
 from .rewards import accuracy_reward
@@ -105,8 +105,7 @@ def load_models(profile, start: str = "sft_cold"):
     from .stages import load_policy_and_reference, load_stage
 
     policy, reference, tokenizer = load_policy_and_reference(profile, start)
-    with transformers_errors_only():   # the new score head is "missing" from the checkpoint, as intended
-        value_model, _ = load_stage(start, profile, model_class=AutoModelForSequenceClassification, num_labels=1)
+    value_model, _ = load_stage(start, profile, model_class=AutoModelForSequenceClassification, num_labels=1)
     disable_dropout(policy, reference, value_model)
     return policy, reference, value_model.float(), tokenizer
 

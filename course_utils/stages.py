@@ -122,19 +122,28 @@ def stage_exists(name: str, profile: Profile) -> bool:
 def load_checkpoint(path: str | Path, model_class=AutoModelForCausalLM, **kwargs):
     """Load ``(model, tokenizer)`` from a local safetensors checkpoint folder."""
     path = check_safetensors_dir(path)
-    quiet = transformers_errors_only() if _is_head_swap(path, model_class) else nullcontext()
-    with quiet:   # a language model under a new head: transformers reports the head "missing", as intended
+    with _loading(path, model_class):
         model = model_class.from_pretrained(path, use_safetensors=True, trust_remote_code=False, **kwargs)
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     return model, tokenizer
 
 
-def _is_head_swap(path: Path, model_class) -> bool:
-    """True where a causal language model's checkpoint is loaded under another class (a reward, value or process
-    reward head on its backbone): the new head's weights are missing from the checkpoint by design."""
+def _is_head_swap(path: Path | None, model_class) -> bool:
+    """True where a causal language model is loaded under another class (a reward, value or process reward head on
+    its backbone): the new head's weights are missing from the checkpoint by design. ``path``: a local checkpoint
+    (its ``config.json`` says what it was saved as); None for the base model, which is always a causal LM."""
+    if model_class is AutoModelForCausalLM or model_class.__name__.endswith("ForCausalLM"):
+        return False
+    if path is None:
+        return True
     config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
-    saved_as_lm = any(a.endswith("ForCausalLM") for a in config.get("architectures") or [])
-    return saved_as_lm and model_class is not AutoModelForCausalLM and not model_class.__name__.endswith("ForCausalLM")
+    return any(a.endswith("ForCausalLM") for a in config.get("architectures") or [])
+
+
+def _loading(path: Path | None, model_class):
+    """The block to load in: transformers' LOAD REPORT of a head swap (:func:`_is_head_swap`) is the course's
+    intent and is silenced; any other load reports as usual."""
+    return transformers_errors_only() if _is_head_swap(path, model_class) else nullcontext()
 
 
 def load_hub_model(model_id: str, profile: Profile, model_class=AutoModelForCausalLM, **kwargs):
@@ -143,8 +152,9 @@ def load_hub_model(model_id: str, profile: Profile, model_class=AutoModelForCaus
     (:func:`course_utils.adapt.adapt`: pad token, chat template, tags as tokens); prints what the adapter changed."""
     if Path(model_id).expanduser().is_dir():
         check_safetensors_dir(Path(model_id).expanduser())
-    model = model_class.from_pretrained(model_id, dtype=profile.dtype, use_safetensors=True,
-                                        trust_remote_code=False, **kwargs)
+    with _loading(None, model_class):
+        model = model_class.from_pretrained(model_id, dtype=profile.dtype, use_safetensors=True,
+                                            trust_remote_code=False, **kwargs)
     tokenizer = AutoTokenizer.from_pretrained(model_id, trust_remote_code=False)
     adaptation = adapt(model, tokenizer)
     print(f"{model_id} adapted to the course: {adaptation}")
@@ -228,8 +238,7 @@ def build_stage(name: str, profile: Profile, recipe=None) -> Path:
         tokenizer = train_tokenizer()
         model = build_model(tokenizer, seed=profile.seed).to(profile.device)
     else:
-        with transformers_errors_only():   # a reward model's new score head is "missing" from its parent, as intended
-            model, tokenizer = load_stage(stage.parent, profile, model_class=stage.model_class, **stage.model_kwargs)
+        model, tokenizer = load_stage(stage.parent, profile, model_class=stage.model_class, **stage.model_kwargs)
     output_dir = artifacts_dir(stage.notebook_name) / profile.slug / f"{name}-trainer"
     stage.trainer(model, tokenizer, profile, recipe, output_dir).train()
     return save_stage(name, model, tokenizer, profile, recipe)

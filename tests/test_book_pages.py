@@ -1,8 +1,6 @@
 """The book's pages without a browser: cleaning an executed notebook, the front page, the run box, the install cells,
 and the progress bars and quiet blocks that keep the executed copies readable (tests/test_book.py reads the site)."""
-import io
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -192,6 +190,7 @@ def test_a_backbone_under_a_new_head_loads_quietly_and_a_real_gap_is_still_repor
     path = save_checkpoint(build_model(tokenizer, seed=0, layers=1), tokenizer, tmp_path / "lm")
     assert _is_head_swap(path, AutoModelForSequenceClassification)
     assert not _is_head_swap(path, AutoModelForCausalLM)
+    assert _is_head_swap(None, AutoModelForSequenceClassification) and not _is_head_swap(None, AutoModelForCausalLM)
     model, _ = load_checkpoint(path, AutoModelForSequenceClassification, num_labels=1)
     assert "LOAD REPORT" not in capsys.readouterr().err
     head_path = save_checkpoint(model, tokenizer, tmp_path / "rm")
