@@ -168,11 +168,7 @@ def results_section(executed_dir: Path) -> str:
 def front_page(chapters: list[NotebookInfo], executed_dir: Path) -> str:
     """The book's front page: the cover figure, the course map (chapters linked), the results, the table of
     contents."""
-    built = {nb.number for nb in chapters}
-    course_map = notebook_table(link_prefix="", planned=True)
-    for nb in NOTEBOOKS:   # a notebook without an executed copy is not a chapter here: no link to it
-        if nb.built and nb.number not in built:
-            course_map = course_map.replace(f"[{nb.title}]({nb.filename})", nb.title)
+    course_map = link_chapters(notebook_table(link_prefix="", planned=True), chapters)
     toc = "\n".join(["```{toctree}", ":maxdepth: 1", ":caption: Chapters", "",
                      *[nb.name for nb in chapters], "```", "",
                      "```{toctree}", ":maxdepth: 1", ":caption: Reference", "", "glossary", "messages", "```"])
