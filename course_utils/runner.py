@@ -3,7 +3,8 @@
 ``python -m course_utils.runner`` (what ``make course`` calls) runs every notebook
 of ``notebooks/``, each in a fresh kernel, in the plan of ``make test`` (:mod:`course_utils.testrun`):
 01-03 in turn at the profile's threads, then two streams side by side at one torch thread each
-(05, 07, 08 in one, the rest in the other), which on 2 cores finishes sooner than all in turn.
+(05, 07, 08, 11 in one, the rest in the other: ``testrun.COURSE_STREAM_A``), which on 2 cores finishes
+sooner than all in turn.
 ``--streams 1`` (or env ``COURSE_STREAMS=1``) runs every notebook in turn; so does a run of
 notebooks that leaves nothing to put side by side (one notebook, say), and so does a machine with
 a GPU unless told otherwise (two hub models would share its memory). It writes:
@@ -33,7 +34,7 @@ from pathlib import Path
 from .paths import notebook_files, repo_root
 from .progress import TEXT_PROGRESS_ENV
 from .results import budget_report, load_results, results_dir, results_markdown
-from .testrun import default_streams, one_thread_env, split
+from .testrun import COURSE_STREAM_A, default_streams, one_thread_env, split
 
 
 def execute_one(notebook: Path, out_dir: Path, timeout: int) -> None:
@@ -85,7 +86,8 @@ def _run_one(nb: Path, out_dir: Path, timeout: int, env: dict | None, say) -> di
 
 
 def run_course(notebooks: list[Path], out_dir: Path, timeout: int, streams: int = 1) -> int:
-    """Run ``notebooks``; ``streams=2``: in :func:`testrun.split`'s plan, phase 2 two at a time at one thread each."""
+    """Run ``notebooks``; ``streams=2``: in :func:`testrun.split`'s plan (stream A :data:`testrun.COURSE_STREAM_A`),
+    phase 2 two at a time at one thread each."""
     stats, failed = {}, []
     lock = threading.Lock()
 
@@ -104,7 +106,7 @@ def run_course(notebooks: list[Path], out_dir: Path, timeout: int, streams: int 
                     stats[nb.stem] = result
 
     t0 = time.time()
-    phase_1, stream_a, stream_b = split(notebooks)
+    phase_1, stream_a, stream_b = split(notebooks, COURSE_STREAM_A)
     if streams != 2 or not (stream_a and stream_b):   # nothing to run side by side: all in turn, as given
         phase_1, stream_a, stream_b = notebooks, [], []
     run_list(phase_1, None)

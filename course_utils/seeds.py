@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -93,6 +94,119 @@ def seeds_markdown(records: dict[int, list[dict]], seconds: dict[int, float] | N
     return "\n".join(lines) + "\n"
 
 
+def _dig(record: dict | None, *keys):
+    """``record[k1][k2]...``, or None where any step is missing."""
+    for key in keys:
+        if not isinstance(record, dict) or key not in record:
+            return None
+        record = record[key]
+    return record
+
+
+def _pct(value) -> str:
+    return "–" if value is None else f"{100 * value:.1f}%"
+
+
+def _arrow(record: dict | None, metric: str) -> str:
+    pair = _dig(record, "metrics", metric)
+    return "–" if pair is None else f"{_pct(pair['before'])} → {_pct(pair['after'])}"
+
+
+def _score(record: dict | None, metric: str) -> str:
+    pair = _dig(record, "metrics", metric)
+    return "–" if pair is None else f"{pair['before']:.2f} → {pair['after']:.2f}"
+
+
+def _after(record: dict | None, metric: str):
+    return _dig(record, "metrics", metric, "after")
+
+
+def _run(record: dict | None, name: str):
+    return _dig(record, "extra", "runs", name, "accuracy")
+
+
+def _slash(*values) -> str:
+    return " / ".join(_pct(v) for v in values)
+
+
+def _largest_n(curve: dict | None) -> str | None:
+    return max(curve, key=int) if curve else None
+
+
+def _curve(record: dict | None, *keys) -> str:
+    """``curve[1] → curve[largest N]`` of a ``{N: accuracy}`` curve in the record's extra."""
+    curve = _dig(record, "extra", *keys)
+    if not curve:
+        return "–"
+    return f"{_pct(curve.get('1'))} → {_pct(curve[_largest_n(curve)])}"
+
+
+README_ROWS: list[tuple[str, str, object]] = [
+    ("02", "`sft_cold`, the RL notebooks' start (02 stops SFT at 40% validation accuracy)",
+     lambda r: _pct(_after(r, "sft_cold_accuracy"))),
+    ("05", "PPO against the rule-based verifier, {verifier_steps} steps", lambda r: _arrow(r, "accuracy")),
+    ("05", "PPO against 03's reward model, {rm_steps} steps, β = {rm_run_beta} (reward hacking): accuracy (RM score)",
+     lambda r: f"{_arrow(r, 'rm_run_accuracy')} ({_score(r, 'rm_run_score')})"),
+    ("06", "DPO on self-generated pairs (right vs wrong answers of the policy, verifier-labelled), {runs[(b) self-generated pairs][steps]} steps",
+     lambda r: _arrow(r, "accuracy")),
+    ("06", "DPO on the course's offline pairs (program-made flaws), {runs[(a) offline pairs][steps]} steps",
+     lambda r: _arrow(r, "offline_run_accuracy")),
+    ("07", "GRPO (TRL `GRPOTrainer` + LoRA) against the verifier, {runs[GRPO (section 5)][steps]} steps",
+     lambda r: _arrow(r, "accuracy")),
+    ("07", "GRPO against 03's reward model, {hack_steps} steps (reward hacking): accuracy (RM score)",
+     lambda r: f"{_arrow(r, 'hack_run_accuracy')} ({_score(r, 'hack_run_rm_score')})"),
+    ("07", "GRPO / Dr. GRPO / DAPO / GSPO, {variant_steps} steps each",
+     lambda r: _slash(*(_run(r, n) for n in ("GRPO", "Dr. GRPO", "DAPO", "GSPO")))),
+    ("07", "GRPO {variant_steps} steps: on-policy / samples 8 steps stale / stale + TRL's correction",
+     lambda r: _slash(*(_dig(r, "extra", "stale", k) for k in ("on_policy", "stale", "corrected")))),
+    ("08", "R1 from the base: R1-Zero, cold start, reasoning RL, rejection sampling, SFT round 2, RL round 2; "
+           "`sft_cold` → final", lambda r: _arrow(r, "accuracy")),
+    ("08", "R1 stages: R1-Zero / reasoning RL / SFT round 2 / RL round 2",
+     lambda r: _slash(*(_dig(r, "extra", "stage_accuracy", k)
+                        for k in ("R1-Zero", "reasoning RL", "SFT round 2", "RL round 2 (R1)")))),
+    ("09", "a student with 17% of `sft`'s parameters, on the teacher's answers: the sequence-level start, then the "
+           "final student", lambda r: f"{_pct(_after(r, 'sequence_kd_accuracy'))}, {_pct(_after(r, 'student_accuracy'))}"),
+    ("09", "from that start, at equal time: SFT on the teacher's text / on-policy distillation (`DistillationTrainer`, "
+           "reverse KL) / GRPO with the verifier",
+     lambda r: f"{_arrow(r, 'timed_sft_accuracy')} / {_pct(_after(r, 'opd_accuracy'))} / "
+               f"{_pct(_after(r, 'timed_grpo_accuracy'))}"),
+    ("10", "`sft_cold` at inference: majority vote N 1 → {largest_vote_n} / vote over 8 paraphrases vs greedy",
+     lambda r: f"{_curve(r, 'curves', 'majority vote')} / {_pct(_after(r, 'paraphrase_vote_accuracy'))} vs "
+               f"{_pct(_dig(r, 'extra', 'greedy_accuracy'))}"),
+    ("10", "a generative judge on preference pairs, k 1 → {largest_grm_k} critiques", lambda r: _arrow(r, "grm_accuracy")),
+    ("11", "capstone, CPU path: the seed's Qwen3 GRPO recipe on the tiny Qwen3, primed → after GRPO",
+     lambda r: _arrow(r, "accuracy")),
+    ("12", "agentic RL from the full `sft`: accuracy with the calculator, cold start → after GRPO (the model alone "
+           "after)", lambda r: f"{_arrow(r, 'tool_accuracy')} ({_pct(_after(r, 'alone_accuracy'))})"),
+]
+"""The README's results table: (notebook, what the row measured, the cell from that notebook's record). A label's
+``{name}`` is filled from the first seed's record (its ``extra``), so step counts come from the runs themselves."""
+
+
+def _label(label: str, record: dict | None) -> str:
+    extra = dict(_dig(record, "extra") or {})
+    extra["largest_vote_n"] = _largest_n(_dig(extra, "curves", "majority vote")) or "N"
+    extra["largest_grm_k"] = _largest_n(_dig(extra, "grm_curves", "GRM vote")) or "k"
+
+    def fill(match: "re.Match") -> str:
+        keys = re.findall(r"[^\[\]]+", match.group(1))
+        value = _dig(extra, *keys)
+        return "?" if value is None else str(value)
+    return re.sub(r"\{([^{}]+)\}", fill, label)
+
+
+def readme_table(records: dict[int, list[dict]]) -> str:
+    """The README's results table (:data:`README_ROWS`), one column per seed, from the seeds' results records."""
+    seeds = list(records)
+    by_seed = {s: {r["notebook"][:2]: r for r in records[s]} for s in seeds}
+    lines = ["| # | run | " + " | ".join(f"seed {s}" for s in seeds) + " |", "|---|---|" + "---|" * len(seeds)]
+    for number, label, cell in README_ROWS:
+        first = next((by_seed[s][number] for s in seeds if number in by_seed[s]), None)
+        cells = [cell(by_seed[s][number]) if number in by_seed[s] else "–" for s in seeds]
+        lines.append(f"| {number} | {_label(label, first)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     root = repo_root() or Path.cwd()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -118,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         records[seed] = load_results(art / "results") if (art / "results").is_dir() else []
         failed_nbs[seed] = failed_notebooks(out)
     build.mkdir(parents=True, exist_ok=True)
-    (build / "SEEDS.md").write_text(seeds_markdown(records, seconds, failed_nbs), encoding="utf-8")
+    (build / "SEEDS.md").write_text(seeds_markdown(records, seconds, failed_nbs) + "\n## The README's table\n\n"
+                                    + readme_table(records), encoding="utf-8")
     print(f"wrote {build / 'SEEDS.md'}" + (f"; a notebook failed at seeds {failed}" if failed else ""))
     return 1 if failed else 0
 

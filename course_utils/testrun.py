@@ -46,6 +46,13 @@ section 9 (then 8) at 24; a results file that is not there yet is left out of th
 dependency on the others) ends it to balance the streams: in the CI of 12's landing on a 2-core AVX-512 AMD EPYC,
 05-08 took 1,178 s and stream B 1,654 s with 12 in it (12: 378 s)."""
 
+COURSE_STREAM_A = ("05", "07", "08", "11")
+"""``make course``'s stream A (:mod:`course_utils.runner`). Its stream B has no unit tests (about 190 s of ``make
+test``'s), so 12 moves there and the short 11 takes its place: in the CI of d726016 on a 2-core AVX-512 AMD EPYC
+(seconds at one thread, side by side) 05 07 08 12 took 1,524 s against 1,109 for the other notebooks; 05 07 08 11
+take 1,288 against 1,346, about 180 s less wall time for the course. Either plan runs every notebook of phase 2 at
+one thread, so a notebook's numbers do not depend on its stream."""
+
 
 SERIAL_TESTS = ("tests/test_scripts.py",)
 """unit tests that start processes of their own (``accelerate launch`` with two gloo ranks): they run in phase 1, on an
@@ -65,7 +72,7 @@ def plan(root: Path | None = None) -> tuple[list[str], list[str], list[str]]:
     neither in :data:`PHASE_1` nor in :data:`STREAM_A`, so a new notebook is tested without an edit here.
     """
     notebooks = notebook_files(root)
-    missing = [n for n in PHASE_1 + STREAM_A if n not in {p.name[:2] for p in notebooks}]
+    missing = [n for n in PHASE_1 + STREAM_A + COURSE_STREAM_A if n not in {p.name[:2] for p in notebooks}]
     if missing:
         raise FileNotFoundError(f"testrun's plan names notebooks that do not exist: {missing}")
     phase_1, stream_a, stream_b = split(notebooks)
@@ -74,12 +81,13 @@ def plan(root: Path | None = None) -> tuple[list[str], list[str], list[str]]:
             ["tests", *(f"--ignore={t}" for t in SERIAL_TESTS + LAST_TESTS)] + as_args(stream_b))
 
 
-def split(notebooks: list[Path]) -> tuple[list[Path], list[Path], list[Path]]:
-    """``notebooks`` as ``(phase 1, stream A, stream B)``: those of :data:`PHASE_1`, those of :data:`STREAM_A`
-    (both in their order there), and the rest in the order given. ``make test`` and ``make course`` share it."""
+def split(notebooks: list[Path], stream_a: tuple[str, ...] = STREAM_A) -> tuple[list[Path], list[Path], list[Path]]:
+    """``notebooks`` as ``(phase 1, stream A, stream B)``: those of :data:`PHASE_1`, those of ``stream_a`` (both in
+    their order there), and the rest in the order given. ``make test`` splits by :data:`STREAM_A`, ``make course``
+    by :data:`COURSE_STREAM_A`."""
     by_number = {p.name[:2]: p for p in notebooks}
-    named = set(PHASE_1 + STREAM_A)
-    return ([by_number[n] for n in PHASE_1 if n in by_number], [by_number[n] for n in STREAM_A if n in by_number],
+    named = set(PHASE_1 + stream_a)
+    return ([by_number[n] for n in PHASE_1 if n in by_number], [by_number[n] for n in stream_a if n in by_number],
             [p for p in notebooks if p.name[:2] not in named])
 
 

@@ -172,3 +172,17 @@ def test_seeds_report_only_reads_each_seed_folder(tmp_path):
     text = (tmp_path / "build" / "SEEDS.md").read_text()
     assert "| 05_ppo | accuracy | 0.1 → 0.25 | 0.1 → 0.5 | 0.25 – 0.5 |" in text
     assert "05_ppo.ipynb at seed 5, 07_grpo.ipynb at seed 5" in text
+    assert "## The README's table" in text and "| 05 | PPO against the rule-based verifier" in text
+
+
+def test_the_readme_table_takes_each_cell_and_step_count_from_the_records():
+    from course_utils.seeds import README_ROWS, readme_table
+    ppo = lambda seed, after, steps: dict(_record("05_ppo", seed, after), extra={"verifier_steps": steps})
+    text = readme_table({1234: [ppo(1234, 0.625, 60)], 7: [ppo(7, 0.875, 80)]})
+    lines = text.splitlines()
+    assert lines[0] == "| # | run | seed 1234 | seed 7 |" and len(lines) == 2 + len(README_ROWS)
+    row = next(line for line in lines if "rule-based verifier" in line)
+    assert row == "| 05 | PPO against the rule-based verifier, 60 steps | 10.0% → 62.5% | 10.0% → 87.5% |"  # first seed's steps
+    dpo = next(line for line in lines if line.startswith("| 06 | DPO on self-generated"))
+    assert dpo.endswith("? steps | – | – |")              # no record: a dash per seed, never a number made up
+    assert {n for n, *_ in README_ROWS} == {f"{i:02d}" for i in range(2, 13) if i not in (3, 4)}

@@ -39,9 +39,13 @@ def test_every_stage_a_notebook_loads_is_made_in_phase_1():
 
 
 def test_a_notebook_reading_an_earlier_result_runs_after_it_in_its_stream():
-    """08 prints 07's recorded run: both in stream A, 07 first. (06 and 07 print 05's and 06's if present.)"""
+    """08 prints 07's recorded run: both in stream A, 07 first, in make test's plan and make course's. (06 and 07
+    print 05's and 06's if present: 05 comes first in both stream A's.)"""
     stream_a = [_number(p) for p in testrun.plan()[1]]
     assert stream_a.index("07") < stream_a.index("08")
+    course_a = [p.name[:2] for p in testrun.split(notebook_files(), testrun.COURSE_STREAM_A)[1]]
+    assert course_a.index("05") < course_a.index("07") < course_a.index("08")
+    assert testrun.split(notebook_files(), testrun.COURSE_STREAM_A)[0] == testrun.split(notebook_files())[0]
 
 
 def test_a_plan_naming_a_missing_notebook_is_refused(tmp_path):
@@ -88,9 +92,9 @@ def test_make_course_runs_phase_1_first_then_two_streams_at_one_thread(monkeypat
     assert sorted(c[0] for c in calls) == [p.name[:2] for p in notebooks]          # every notebook once
     assert min(c[2] for c in later) >= max(c[3] for c in phase_1)                 # phase 2 after phase 1
     assert all(c[1] == "1" for c in later)                                         # at one thread each
-    a = [c for c in later if c[0] in testrun.STREAM_A]
-    b = [c for c in later if c[0] not in testrun.STREAM_A]
-    assert [c[0] for c in a] == list(testrun.STREAM_A)                              # in order: 08 after 07
+    a = [c for c in later if c[0] in testrun.COURSE_STREAM_A]
+    b = [c for c in later if c[0] not in testrun.COURSE_STREAM_A]
+    assert [c[0] for c in a] == list(testrun.COURSE_STREAM_A)                       # in order: 08 after 07
     assert a[0][2] < b[0][3] and b[0][2] < a[0][3]                                  # side by side
     assert "two at a time" in (tmp_path / "build" / "RESULTS.md").read_text(encoding="utf-8")
 
