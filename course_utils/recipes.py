@@ -306,7 +306,8 @@ class DistillRecipe:
     """answer length limit for the teacher's answers and on-policy samples"""
     timed_sft_steps: int = 1200
     """section 6, equal time: SFT steps on the teacher's answers from the shared start (about as long as each run
-    below on a CPU: 33–41 s on a 2-core AVX-512 AMD EPYC), at compare_learning_rate, constant after 5 warm-up steps"""
+    below on a CPU: 38–51 s each at five seeds on a 2-core AVX-512 AMD EPYC, one thread beside another notebook), at
+    compare_learning_rate, constant after 5 warm-up steps"""
     opd_steps: int = 200
     """section 6: on-policy distillation steps (TRL DistillationTrainer, reverse KL): each samples batch_size answers"""
     opd_learning_rate: float = 3e-4
