@@ -27,6 +27,7 @@ import torch
 
 from .data import to_messages
 from .losses import completion_logps, grpo_advantages, grpo_loss, sampler_is_weight
+from .results import before_after, record_value
 
 
 def grpo_rows(problems: list[dict]) -> list[dict]:
@@ -195,20 +196,9 @@ def top_scored_wrong(samples: Sequence[Mapping], scores, k: int = 5) -> list[tup
     return sorted(wrong, key=lambda pair: -pair[0])[:k]
 
 
-def _pair(record: Mapping, metric: str) -> str:
-    pair = record.get("metrics", {}).get(metric)
-    return "–" if pair is None else f"{pair['before']:.1%} → {pair['after']:.1%}"
-
-
 def _find(record: Mapping, *paths: tuple):
     """The value at the first of ``paths`` (keys into ``record``) that exists, else None."""
-    for path in paths:
-        value = record
-        for key in path:
-            value = value.get(key) if isinstance(value, Mapping) else None
-        if value is not None:
-            return value
-    return None
+    return next((v for v in (record_value(record, *path) for path in paths) if v is not None), None)
 
 
 def methods_table(records: Mapping[str, Mapping], before: Mapping, after: Mapping, memory_mib: Mapping[str, float],
@@ -236,11 +226,11 @@ def methods_table(records: Mapping[str, Mapping], before: Mapping, after: Mappin
                          f"it with this seed* | | | |")
             continue
         seconds = _find(record, *seconds_at)
-        lines.append(f"| {name} | {models} | {memory_mib[method]:.1f} | {_pair(record, 'accuracy')} | "
-                     f"{_pair(record, 'pass_at_1')} | {'–' if seconds is None else f'{seconds:.0f}'} | "
+        lines.append(f"| {name} | {models} | {memory_mib[method]:.1f} | {before_after(record, 'accuracy')} | "
+                     f"{before_after(record, 'pass_at_1')} | {'–' if seconds is None else f'{seconds:.0f}'} | "
                      f"{record.get('peak_ram_mb', float('nan')):.0f} |")
     grpo = {"metrics": {key: {"before": before[key], "after": after[key]} for key in ("accuracy", "pass_at_1")}}
     lines.append(f"| GRPO (07, section 5) | policy with LoRA (reference = adapter off) | {memory_mib['GRPO']:.1f} | "
-                 f"{_pair(grpo, 'accuracy')} | {_pair(grpo, 'pass_at_1')} | {after['seconds']:.0f} | "
+                 f"{before_after(grpo, 'accuracy')} | {before_after(grpo, 'pass_at_1')} | {after['seconds']:.0f} | "
                  f"{peak_ram_mb:.0f} (so far) |")
     return "\n".join(lines)

@@ -82,6 +82,21 @@ def load_results(folder: str | Path | None = None, *, profile=None) -> list[dict
             and r.get("model") == profile.model_id and r.get("scale", "full") == profile.scale]
 
 
+def record_value(record: dict | None, *keys):
+    """``record[k1][k2]...`` of a results record, or None where any key is missing."""
+    for key in keys:
+        if not isinstance(record, dict) or key not in record:
+            return None
+        record = record[key]
+    return record
+
+
+def before_after(record: dict | None, metric: str) -> str:
+    """A recorded metric as ``"35.3% → 61.3%"``, or ``"–"`` where the record lacks it."""
+    pair = record_value(record, "metrics", metric)
+    return "–" if pair is None else f"{pair['before']:.1%} → {pair['after']:.1%}"
+
+
 def results_markdown(records: list[dict], runner_stats: dict | None = None) -> str:
     """A Markdown table: stage, metric, before, after, seconds, peak RAM."""
     runner_stats = runner_stats or {}

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .environment import environment_markdown
 from .paths import repo_root
-from .results import load_results
+from .results import before_after, load_results, record_value
 
 
 def seed_folders(seed: int, artifacts: Path, build: Path) -> tuple[Path, Path]:
@@ -94,35 +94,21 @@ def seeds_markdown(records: dict[int, list[dict]], seconds: dict[int, float] | N
     return "\n".join(lines) + "\n"
 
 
-def _dig(record: dict | None, *keys):
-    """``record[k1][k2]...``, or None where any step is missing."""
-    for key in keys:
-        if not isinstance(record, dict) or key not in record:
-            return None
-        record = record[key]
-    return record
-
-
 def _pct(value) -> str:
     return "–" if value is None else f"{100 * value:.1f}%"
 
 
-def _arrow(record: dict | None, metric: str) -> str:
-    pair = _dig(record, "metrics", metric)
-    return "–" if pair is None else f"{_pct(pair['before'])} → {_pct(pair['after'])}"
-
-
 def _score(record: dict | None, metric: str) -> str:
-    pair = _dig(record, "metrics", metric)
+    pair = record_value(record, "metrics", metric)
     return "–" if pair is None else f"{pair['before']:.2f} → {pair['after']:.2f}"
 
 
 def _after(record: dict | None, metric: str):
-    return _dig(record, "metrics", metric, "after")
+    return record_value(record, "metrics", metric, "after")
 
 
 def _run(record: dict | None, name: str):
-    return _dig(record, "extra", "runs", name, "accuracy")
+    return record_value(record, "extra", "runs", name, "accuracy")
 
 
 def _slash(*values) -> str:
@@ -135,7 +121,7 @@ def _largest_n(curve: dict | None) -> str | None:
 
 def _curve(record: dict | None, *keys) -> str:
     """``curve[1] → curve[largest N]`` of a ``{N: accuracy}`` curve in the record's extra."""
-    curve = _dig(record, "extra", *keys)
+    curve = record_value(record, "extra", *keys)
     if not curve:
         return "–"
     return f"{_pct(curve.get('1'))} → {_pct(curve[_largest_n(curve)])}"
@@ -144,53 +130,53 @@ def _curve(record: dict | None, *keys) -> str:
 README_ROWS: list[tuple[str, str, object]] = [
     ("02", "`sft_cold`, the RL notebooks' start (02 stops SFT at 40% validation accuracy)",
      lambda r: _pct(_after(r, "sft_cold_accuracy"))),
-    ("05", "PPO against the rule-based verifier, {verifier_steps} steps", lambda r: _arrow(r, "accuracy")),
+    ("05", "PPO against the rule-based verifier, {verifier_steps} steps", lambda r: before_after(r, "accuracy")),
     ("05", "PPO against 03's reward model, {rm_steps} steps, β = {rm_run_beta} (reward hacking): accuracy (RM score)",
-     lambda r: f"{_arrow(r, 'rm_run_accuracy')} ({_score(r, 'rm_run_score')})"),
+     lambda r: f"{before_after(r, 'rm_run_accuracy')} ({_score(r, 'rm_run_score')})"),
     ("06", "DPO on self-generated pairs (right vs wrong answers of the policy, verifier-labelled), {runs[(b) self-generated pairs][steps]} steps",
-     lambda r: _arrow(r, "accuracy")),
+     lambda r: before_after(r, "accuracy")),
     ("06", "DPO on the course's offline pairs (program-made flaws), {runs[(a) offline pairs][steps]} steps",
-     lambda r: _arrow(r, "offline_run_accuracy")),
+     lambda r: before_after(r, "offline_run_accuracy")),
     ("07", "GRPO (TRL `GRPOTrainer` + LoRA) against the verifier, {runs[GRPO (section 5)][steps]} steps",
-     lambda r: _arrow(r, "accuracy")),
+     lambda r: before_after(r, "accuracy")),
     ("07", "GRPO against 03's reward model, {hack_steps} steps (reward hacking): accuracy (RM score)",
-     lambda r: f"{_arrow(r, 'hack_run_accuracy')} ({_score(r, 'hack_run_rm_score')})"),
+     lambda r: f"{before_after(r, 'hack_run_accuracy')} ({_score(r, 'hack_run_rm_score')})"),
     ("07", "GRPO / Dr. GRPO / DAPO / GSPO, {variant_steps} steps each",
      lambda r: _slash(*(_run(r, n) for n in ("GRPO", "Dr. GRPO", "DAPO", "GSPO")))),
     ("07", "GRPO {variant_steps} steps: on-policy / samples 8 steps stale / stale + TRL's correction",
-     lambda r: _slash(*(_dig(r, "extra", "stale", k) for k in ("on_policy", "stale", "corrected")))),
+     lambda r: _slash(*(record_value(r, "extra", "stale", k) for k in ("on_policy", "stale", "corrected")))),
     ("08", "R1 from the base: R1-Zero, cold start, reasoning RL, rejection sampling, SFT round 2, RL round 2; "
-           "`sft_cold` → final", lambda r: _arrow(r, "accuracy")),
+           "`sft_cold` → final", lambda r: before_after(r, "accuracy")),
     ("08", "R1 stages: R1-Zero / reasoning RL / SFT round 2 / RL round 2",
-     lambda r: _slash(*(_dig(r, "extra", "stage_accuracy", k)
+     lambda r: _slash(*(record_value(r, "extra", "stage_accuracy", k)
                         for k in ("R1-Zero", "reasoning RL", "SFT round 2", "RL round 2 (R1)")))),
     ("09", "a student with 17% of `sft`'s parameters, on the teacher's answers: the sequence-level start, then the "
            "final student", lambda r: f"{_pct(_after(r, 'sequence_kd_accuracy'))}, {_pct(_after(r, 'student_accuracy'))}"),
     ("09", "from that start, at equal time: SFT on the teacher's text / on-policy distillation (`DistillationTrainer`, "
            "reverse KL) / GRPO with the verifier",
-     lambda r: f"{_arrow(r, 'timed_sft_accuracy')} / {_pct(_after(r, 'opd_accuracy'))} / "
+     lambda r: f"{before_after(r, 'timed_sft_accuracy')} / {_pct(_after(r, 'opd_accuracy'))} / "
                f"{_pct(_after(r, 'timed_grpo_accuracy'))}"),
     ("10", "`sft_cold` at inference: majority vote N 1 → {largest_vote_n} / vote over 8 paraphrases vs greedy",
      lambda r: f"{_curve(r, 'curves', 'majority vote')} / {_pct(_after(r, 'paraphrase_vote_accuracy'))} vs "
-               f"{_pct(_dig(r, 'extra', 'greedy_accuracy'))}"),
-    ("10", "a generative judge on preference pairs, k 1 → {largest_grm_k} critiques", lambda r: _arrow(r, "grm_accuracy")),
+               f"{_pct(record_value(r, 'extra', 'greedy_accuracy'))}"),
+    ("10", "a generative judge on preference pairs, k 1 → {largest_grm_k} critiques", lambda r: before_after(r, "grm_accuracy")),
     ("11", "capstone, CPU path: the seed's Qwen3 GRPO recipe on the tiny Qwen3, primed → after GRPO",
-     lambda r: _arrow(r, "accuracy")),
+     lambda r: before_after(r, "accuracy")),
     ("12", "agentic RL from the full `sft`: accuracy with the calculator, cold start → after GRPO (the model alone "
-           "after)", lambda r: f"{_arrow(r, 'tool_accuracy')} ({_pct(_after(r, 'alone_accuracy'))})"),
+           "after)", lambda r: f"{before_after(r, 'tool_accuracy')} ({_pct(_after(r, 'alone_accuracy'))})"),
 ]
 """The README's results table: (notebook, what the row measured, the cell from that notebook's record). A label's
 ``{name}`` is filled from the first seed's record (its ``extra``), so step counts come from the runs themselves."""
 
 
 def _label(label: str, record: dict | None) -> str:
-    extra = dict(_dig(record, "extra") or {})
-    extra["largest_vote_n"] = _largest_n(_dig(extra, "curves", "majority vote")) or "N"
-    extra["largest_grm_k"] = _largest_n(_dig(extra, "grm_curves", "GRM vote")) or "k"
+    extra = dict(record_value(record, "extra") or {})
+    extra["largest_vote_n"] = _largest_n(record_value(extra, "curves", "majority vote")) or "N"
+    extra["largest_grm_k"] = _largest_n(record_value(extra, "grm_curves", "GRM vote")) or "k"
 
     def fill(match: "re.Match") -> str:
         keys = re.findall(r"[^\[\]]+", match.group(1))
-        value = _dig(extra, *keys)
+        value = record_value(extra, *keys)
         return "?" if value is None else str(value)
     return re.sub(r"\{([^{}]+)\}", fill, label)
 
