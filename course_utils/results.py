@@ -131,14 +131,31 @@ SCALING_CAVEAT = (
     "seconds; where two ran side by side the course's wall time is shorter.")
 
 
-def budget_report(seconds: dict[str, float], gflops: float | None = None) -> str:
+def time_breakdown(record: dict, top: int = 4) -> str:
+    """Where a notebook's seconds went: its ``top`` longest timed blocks, as ``"name 116 s (22%)"`` joined by commas.
+
+    The blocks are the notebook's ``experiment.Runs.timed`` ones, kept in its results record (``extra["runs"]``,
+    each run's ``seconds``); a share is of the record's own ``seconds``. Blocks can nest (10 times a judge's
+    critiques inside its run), so the shares need not add up. ``""`` for a record without timed blocks.
+    """
+    runs = record_value(record, "extra", "runs") or {}
+    timed = sorted(((row["seconds"], name) for name, row in runs.items()
+                    if isinstance(row, dict) and isinstance(row.get("seconds"), (int, float))), reverse=True)
+    total = record.get("seconds") or 0.0
+    return ", ".join(f"{name} {secs:.0f} s" + (f" ({secs / total:.0%})" if total > 0 else "")
+                     for secs, name in timed[:top])
+
+
+def budget_report(seconds: dict[str, float], gflops: float | None = None, records: list[dict] | None = None) -> str:
     """Each notebook's seconds against its budget, as a Markdown table with the total (a report, never a failure).
 
     ``seconds`` maps a notebook name (``"05_ppo"``) to its wall seconds on this machine;
     ``gflops`` is this machine's matmul rate (``bench.matmul_gflops``), which turns them into
     seconds on the reference machine (:data:`REFERENCE_GFLOPS`): ``seconds * gflops / REFERENCE_GFLOPS``,
     so a budget that slips shows on a fast machine too. A notebook's budget is its ``cpu_minutes``
-    in the course map (``course.NOTEBOOKS``), capped at :data:`NOTEBOOK_BUDGET_MINUTES`.
+    in the course map (``course.NOTEBOOKS``), capped at :data:`NOTEBOOK_BUDGET_MINUTES`. With the
+    notebooks' results ``records``, each notebook over its budget gets a line below the table with its
+    longest timed blocks (:func:`time_breakdown`): where a cut would have to come from.
     """
     from .course import NOTEBOOKS
 
@@ -156,4 +173,11 @@ def budget_report(seconds: dict[str, float], gflops: float | None = None) -> str
     head = (f"Budgets: this machine's matmul rate is {gflops:.0f} GFLOP/s against the reference machine's "
             f"{REFERENCE_GFLOPS:.0f}, so its seconds are scaled by {scale:.2f}. {SCALING_CAVEAT}" if gflops else
             "Budgets (seconds not normalised: no matmul figure).")
-    return head + "\n\n" + "\n".join(lines) + "\n"
+    over = {name for name, secs in seconds.items()
+            if secs * scale > min(minutes.get(name) or NOTEBOOK_BUDGET_MINUTES, NOTEBOOK_BUDGET_MINUTES) * 60}
+    where = [f"- {rec['notebook']} ({rec['seconds']:.0f} s of its own clock): {time_breakdown(rec)}"
+             for rec in sorted(records or [], key=lambda r: r["notebook"])
+             if rec.get("notebook") in over and time_breakdown(rec)]
+    tail = ("\n\nWhere the notebooks over budget spend their time (their longest timed blocks, from their results "
+            "records):\n\n" + "\n".join(where)) if where else ""
+    return head + "\n\n" + "\n".join(lines) + tail + "\n"

@@ -12,7 +12,8 @@ a GPU unless told otherwise (two hub models would share its memory). It writes:
 * ``build/notebooks/NN_name.ipynb`` and ``build/html/NN_name.html`` — executed copies;
 * ``build/RESULTS.md`` — every notebook's before/after metrics, wall seconds and peak RAM,
   and the budget report (``results.budget_report``: seconds against each notebook's budget,
-  scaled by this machine's matmul rate; printed too, never a failure).
+  scaled by this machine's matmul rate, with the longest timed blocks of each notebook over its budget;
+  printed too, never a failure).
 
 Each notebook runs in a child process of its own, so the peak resident memory of
 its kernel can be read from ``getrusage(RUSAGE_CHILDREN)`` once it ends; the runner
@@ -125,7 +126,7 @@ def run_course(notebooks: list[Path], out_dir: Path, timeout: int, streams: int 
     report += "\n| notebook | wall seconds (runner) | kernel peak RAM (MiB) |\n|---|---|---|\n"
     report += "".join(f"| {k} | {v['seconds']:.0f} | {v['peak_ram_mb']:.0f} |\n" for k, v in stats.items())
     from .bench import matmul_gflops
-    budgets = budget_report({k: v["seconds"] for k, v in stats.items()}, matmul_gflops())
+    budgets = budget_report({k: v["seconds"] for k, v in stats.items()}, matmul_gflops(), records)
     if stream_a:
         budgets = ("Phase 2's notebooks ran two at a time at one thread each: their seconds are wall time while "
                    "sharing the machine, not a notebook's own.\n\n" + budgets)

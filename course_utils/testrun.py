@@ -179,10 +179,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== phase 3 ended with exit code {codes['last']} after {ended['last']:.0f} s", flush=True)
 
     from .bench import matmul_gflops
-    from .results import budget_report
+    from .results import budget_report, load_results
     print("== notebook budgets (a report, not a test). Phase 2's notebooks ran two at a time at one thread "
           "each: their seconds are wall time while sharing the machine, not a notebook's own.", flush=True)
-    print(budget_report(_seconds(list(record.values())), matmul_gflops()), flush=True)
+    seconds = _seconds(list(record.values()))
+    records = [r for r in load_results() if r.get("notebook") in seconds]
+    print(budget_report(seconds, matmul_gflops(), records), flush=True)
     failed = failed_streams(codes)
     phase_3 = f", phase 3 {ended['last']:.0f} s" if "last" in ended else ""
     print(f"== phase 1 {t1 - t0:.0f} s, phase 2 {max(v for k, v in ended.items() if k != 'last'):.0f} s{phase_3}; "
