@@ -163,21 +163,22 @@ def budget_report(seconds: dict[str, float], gflops: float | None = None, record
     minutes = {nb.name: nb.cpu_minutes for nb in NOTEBOOKS}
     lines = ["| notebook | seconds here | on the reference machine | budget (s) | |", "|---|---|---|---|---|"]
     total = total_ref = 0.0
+    over = set()
     for name, secs in sorted(seconds.items()):
         budget = min(minutes.get(name) or NOTEBOOK_BUDGET_MINUTES, NOTEBOOK_BUDGET_MINUTES) * 60
         ref = secs * scale
         total, total_ref = total + secs, total_ref + ref
-        lines.append(f"| {name} | {secs:.0f} | {ref:.0f} | {budget:.0f} | {'over' if ref > budget else 'ok'} |")
+        if ref > budget:
+            over.add(name)
+        lines.append(f"| {name} | {secs:.0f} | {ref:.0f} | {budget:.0f} | {'over' if name in over else 'ok'} |")
     course = COURSE_BUDGET_MINUTES * 60
     lines.append(f"| **total** | {total:.0f} | {total_ref:.0f} | {course:.0f} | {'over' if total_ref > course else 'ok'} |")
     head = (f"Budgets: this machine's matmul rate is {gflops:.0f} GFLOP/s against the reference machine's "
             f"{REFERENCE_GFLOPS:.0f}, so its seconds are scaled by {scale:.2f}. {SCALING_CAVEAT}" if gflops else
             "Budgets (seconds not normalised: no matmul figure).")
-    over = {name for name, secs in seconds.items()
-            if secs * scale > min(minutes.get(name) or NOTEBOOK_BUDGET_MINUTES, NOTEBOOK_BUDGET_MINUTES) * 60}
-    where = [f"- {rec['notebook']} ({rec['seconds']:.0f} s of its own clock): {time_breakdown(rec)}"
-             for rec in sorted(records or [], key=lambda r: r["notebook"])
-             if rec.get("notebook") in over and time_breakdown(rec)]
+    blocks = {rec["notebook"]: (rec["seconds"], time_breakdown(rec)) for rec in records or []
+              if rec.get("notebook") in over}
+    where = [f"- {name} ({secs:.0f} s of its own clock): {line}" for name, (secs, line) in sorted(blocks.items()) if line]
     tail = ("\n\nWhere the notebooks over budget spend their time (their longest timed blocks, from their results "
             "records):\n\n" + "\n".join(where)) if where else ""
     return head + "\n\n" + "\n".join(lines) + tail + "\n"
