@@ -47,25 +47,25 @@ lock:
 comma := ,
 
 course: install
-	$(OFFLINE) $(PY) -m course_utils.runner
+	$(OFFLINE) $(PY) -m course_tools.runner
 
-# The course as a static site (course_utils/book.py): Sphinx + MyST-NB + sphinx-book-theme over the notebooks
+# The course as a static site (course_tools/book.py): Sphinx + MyST-NB + sphinx-book-theme over the notebooks
 # `make course` executed (build/notebooks/), into build/book/; opens from disk or `python -m http.server -d build/book`.
 # BOOK_FROM=build/seeds/s7/notebooks for another run's copies; COURSE_REPO=owner/name adds the hosted-notebook links.
 BOOK_FROM ?= build/notebooks
 book: install
-	$(PY) -m course_utils.book --from $(BOOK_FROM) --out build/book
+	$(PY) -m course_tools.book --from $(BOOK_FROM) --out build/book
 
 # The unit tests and every notebook (nbval): notebooks 01-03 first, then two pytest streams side by side at one
-# torch thread each (course_utils/testrun.py says why and which). COURSE_TEST_STREAMS=1: one serial pytest run.
+# torch thread each (course_tools/testrun.py says why and which). COURSE_TEST_STREAMS=1: one serial pytest run.
 test: install
-	@start=$$(date +%s); $(OFFLINE) $(PY) -m course_utils.testrun; rc=$$?; echo "make test took $$(( $$(date +%s) - start )) s"; exit $$rc
+	@start=$$(date +%s); $(OFFLINE) $(PY) -m course_tools.testrun; rc=$$?; echo "make test took $$(( $$(date +%s) - start )) s"; exit $$rc
 
 # The course once per seed, each in its own artifacts/seeds/s<seed>/ and build/seeds/s<seed>/, then build/SEEDS.md:
 # every recorded metric per seed with its min-max and the environment (25 to 48 min per seed on 2 cores, by machine)
 SEEDS ?= 1234 7 3
 seeds: install
-	@start=$$(date +%s); $(OFFLINE) $(PY) -m course_utils.seeds $(SEEDS); rc=$$?; echo "make seeds took $$(( $$(date +%s) - start )) s"; exit $$rc
+	@start=$$(date +%s); $(OFFLINE) $(PY) -m course_tools.seeds $(SEEDS); rc=$$?; echo "make seeds took $$(( $$(date +%s) - start )) s"; exit $$rc
 
 # Notebooks 02-12 on two tiny models of other families (Llama-style without pad token or chat template, GPT-2-style),
 # built offline, at the smoke scale (COURSE_SCALE=smoke): each must run, record its results and print NOT CHECKED.
@@ -73,11 +73,11 @@ seeds: install
 FAMILIES ?= llama gpt2
 NOTEBOOKS ?= 02 03 04 05 06 07 08 09 10 11 12
 matrix: install
-	@start=$$(date +%s); $(OFFLINE) $(PY) -m course_utils.matrix --families $(FAMILIES) --notebooks $(NOTEBOOKS); rc=$$?; echo "make matrix took $$(( $$(date +%s) - start )) s"; exit $$rc
+	@start=$$(date +%s); $(OFFLINE) $(PY) -m course_tools.matrix --families $(FAMILIES) --notebooks $(NOTEBOOKS); rc=$$?; echo "make matrix took $$(( $$(date +%s) - start )) s"; exit $$rc
 
 # Where the time goes: each phase of the engine against this machine's matmul roofline (about 2 min)
 bench: install
-	$(OFFLINE) $(PY) -m course_utils.bench --out build/bench.json
+	$(OFFLINE) $(PY) -m course_tools.bench --out build/bench.json
 
 lab: install
 	$(VENV)/bin/jupyter lab notebooks/
@@ -111,7 +111,7 @@ clean:
 # A class's assignments (assignments/README.md): the graded functions as stubs, one folder per assignment under
 # assignments/ (a student's existing student.py is kept), and the grader: make grade ASSIGNMENT=A2 [FILE=path]
 assignments: install
-	$(PY) -m course_utils.assignments
+	$(PY) -m course_tools.assignments
 ASSIGNMENT ?= A1
 grade: install
-	$(PY) -m course_utils.grader $(ASSIGNMENT) $(if $(FILE),--file $(FILE),)
+	$(PY) -m course_tools.grader $(ASSIGNMENT) $(if $(FILE),--file $(FILE),)

@@ -1,8 +1,8 @@
 """pytest's top-level conftest: the notebooks' budget report, for every pytest run of this repository.
 
 At the end of a run that executed notebooks (nbval), the terminal summary prints each notebook's
-seconds against its budget (``results.budget_report``): a report, never a failure. Under
-``course_utils.testrun`` (``make test``, which runs the notebooks in several pytest processes) it
+seconds against its budget (``course_tools.reports.budget_report``): a report, never a failure. Under
+``course_tools.testrun`` (``make test``, which runs the notebooks in several pytest processes) it
 writes them to the file ``COURSE_TEST_SECONDS`` names instead, and the driver prints one report over
 every part. It lives here, not in ``tests/conftest.py``, because a run given only notebooks does not
 load the conftest of ``tests/``.
@@ -30,11 +30,11 @@ class _NotebookBudgets:
     def pytest_terminal_summary(self, terminalreporter):
         if not self.seconds:
             return
-        if os.environ.get("COURSE_TEST_SECONDS"):   # part of course_utils.testrun: it reports over all parts
+        if os.environ.get("COURSE_TEST_SECONDS"):   # part of course_tools.testrun: it reports over all parts
             Path(os.environ["COURSE_TEST_SECONDS"]).write_text(json.dumps(dict(self.seconds)), encoding="utf-8")
             return
-        from course_utils.bench import matmul_gflops
-        from course_utils.results import budget_report
+        from course_tools.bench import matmul_gflops
+        from course_tools.reports import budget_report
         terminalreporter.write_sep("=", "notebook budgets (a report, not a test)")
         terminalreporter.write(budget_report(dict(self.seconds), matmul_gflops()))
 
@@ -49,7 +49,7 @@ NBVAL_OUTPUT_TIMEOUT_S = 120
 def pytest_collection_modifyitems(items):
     # the tests that read what the notebooks of the same run left (testrun.LAST_TESTS: the book test) go last; make
     # test runs them in a phase of their own, after every notebook
-    from course_utils.testrun import LAST_TESTS
+    from course_tools.testrun import LAST_TESTS
 
     for item in items:
         if hasattr(item, "output_timeout"):   # nbval's notebook cells

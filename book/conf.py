@@ -1,4 +1,4 @@
-# Sphinx configuration of the course's book (`make book`; course_utils/book.py writes the pages beside this file).
+# Sphinx configuration of the course's book (`make book`; course_tools/book.py writes the pages beside this file).
 # The notebooks arrive executed: MyST-NB renders their saved outputs and runs nothing.
 project = "LLM post-training, from scratch and for real"
 author = "the course's authors"

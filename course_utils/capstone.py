@@ -141,7 +141,7 @@ def seed_reward_funcs(tags: Tags = SEED_TAGS) -> list:
 
 
 
-def evaluate(completions: list, answers: list, tags: Tags = SEED_TAGS, prefixed: bool = True) -> dict:
+def tagged_answer_rates(completions: list, answers: list, tags: Tags = SEED_TAGS, prefixed: bool = True) -> dict:
     """Accuracy, format rate and mean length (characters) of completions in the ``tags`` format.
 
     ``prefixed``: the prompt wrote the opening tag, so it is put back first. Returns
@@ -199,7 +199,7 @@ def score_answers(completions: Sequence[str], problems: list[dict], tokenizer, t
     answer, correct), so that two runs compare problem by problem.
     """
     answers = [p["answer"] for p in problems]
-    result = evaluate(list(completions), answers, tags)
+    result = tagged_answer_rates(list(completions), answers, tags)
     n = result["n"]
     formed = [is_well_formatted(tags.think_open + completion_text(c), tags) for c in completions]
     wrong = sum(f and not ok for f, ok in zip(formed, result["correct"]))

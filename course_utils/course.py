@@ -100,7 +100,7 @@ COURSE_REPO = ""
 """The course's public git repository as ``owner/name`` on GitHub, the one setting the hosted entry points read: every
 notebook's install cell (:func:`install_cell`) clones it, and the book and the README link each chapter to a hosted
 notebook service with it. Empty while the course has no fixed public home: set it when you publish a copy, then run
-``python -m course_utils.book --sync-install-cells`` (a test checks the cells against it); env ``COURSE_REPO``
+``python -m course_tools.book --sync-install-cells`` (a test checks the cells against it); env ``COURSE_REPO``
 overrides it for a notebook's install and for ``make book``."""
 
 
@@ -235,45 +235,3 @@ def glossary_table(ids: list[str] | None = None) -> str:
     rows = ["| English | 中文 | meaning |", "|---|---|---|"]
     rows += [f"| {_cell(GLOSSARY[k].en)} | {_cell(GLOSSARY[k].zh)} | {_cell(GLOSSARY[k].meaning)} |" for k in keys]
     return "\n".join(rows)
-
-def environment_report(profile, record: dict | None = None) -> str:
-    """What notebook 00's Step 1 prints: the machine, the package versions, the profile and the folders.
-
-    The machine and the versions are :func:`course_utils.environment.environment_record`'s, the record every
-    results file carries, so the lines a learner sees here are the ones to compare with another machine's results.
-
-    Args:
-        profile: a resolved :class:`course_utils.profile.Profile`.
-        record: an environment record (default: this process's, measured now).
-
-    Returns five lines: the machine (CPU or GPU, instruction set, torch threads, cores, RAM), Python and the
-    package versions, the commit, the profile (name, device, dtype, seed, base model), and where data,
-    artifacts and this profile's stage folders are.
-    """
-    from .paths import artifacts_root, data_dir   # imported here: importing course stays light (no torch)
-
-    if record is None:
-        from .environment import environment_record
-        record = environment_record()
-    ram = _ram_gib()
-    machine = record.get("cuda") or (f"{record.get('cpu')} ({record.get('cpu_capability')}, "
-                                     f"{record.get('torch_threads')} torch threads of {record.get('cpu_count')} cores)")
-    packages = ", ".join(f"{name} {v}" for name, v in record.get("packages", {}).items())
-    model = profile.model_id or "the course tiny Qwen3 (built in 01)"
-    return "\n".join([
-        f"machine: {machine}" + (f", {ram:.0f} GiB RAM" if ram else "") + f"; {record.get('platform')}",
-        f"python {record.get('python')}; {packages}",
-        f"commit: {record.get('commit')}",
-        f"profile: {profile.name} | device: {profile.device} | dtype: {profile.dtype} | seed: {profile.seed} | "
-        f"model: {model}",
-        f"data: {data_dir()} | artifacts: {artifacts_root()} | stage folders: <notebook>/{profile.slug}/<stage>",
-    ])
-
-
-def _ram_gib() -> float | None:
-    """Total memory in GiB, or None where psutil is missing."""
-    try:
-        import psutil
-    except ImportError:
-        return None
-    return psutil.virtual_memory().total / 2**30

@@ -9,9 +9,10 @@ a key a run does not log is a check it skips (and says so).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping
+
+from .experiment import logged
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class Thresholds:
 
 
 def _series(history: Iterable[Mapping], key: str) -> list[float]:
-    return [float(h[key]) for h in history if key in h and h[key] is not None and math.isfinite(float(h[key]))]
+    return logged(list(history), key, finite=True)[1]
 
 
 def _thirds(values: list[float]) -> tuple[float, float]:

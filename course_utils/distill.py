@@ -93,7 +93,7 @@ def onpolicy_token_signal(student, teacher, batch: dict, temperature: float = 1.
 def signal_table(signal: dict[str, torch.Tensor], batch: dict, tokenizer, row: int) -> str:
     """One answer of an :func:`onpolicy_token_signal` batch token by token, as a Markdown table: the token, log q,
     log p, the per-token reverse KL and the one-sample reward −(log q − log p)."""
-    from .experiment import markdown_table
+    from .show import markdown_table
     n = int(batch["completion_mask"][row].sum())
     return markdown_table({
         "token": [tokenizer.decode([t]) for t in batch["completion_ids"][row, :n].tolist()],

@@ -28,10 +28,11 @@ import torch
 from .chat import chat_prompt, encode_chat
 from .data import to_messages
 from .evaluation import failure_breakdown, heldout_problems, kl_to_reference
-from .experiment import Eval, evaluate, markdown_table
+from .experiment import Eval, evaluate
+from .show import markdown_table
 from .generation import eval_mode, sample_completions
 from .losses import completion_logps, dpo_loss, ipo_loss
-from .profile import seed_everything
+from .run_config import seed_everything
 from .rewards import is_correct
 
 

@@ -72,13 +72,59 @@ def environment_record() -> dict:
     }
 
 
+def machine(record: dict) -> str:
+    """The record's device in words: the GPU, or the CPU with its instruction set, torch threads and cores."""
+    return record.get("cuda") or (f"{record.get('cpu')} ({record.get('cpu_capability')}, "
+                                  f"{record.get('torch_threads')} torch threads of {record.get('cpu_count')} cores)")
+
+
+def packages(record: dict) -> str:
+    """The record's package versions as ``"torch 2.13.0, transformers 5.17.0, ..."``."""
+    return ", ".join(f"{name} {version}" for name, version in record.get("packages", {}).items())
+
+
 def environment_markdown(record: dict) -> str:
     """The record as a short Markdown list (for RESULTS.md and SEEDS.md)."""
-    pk = ", ".join(f"{k} {v}" for k, v in record.get("packages", {}).items())
-    device = record.get("cuda") or f"{record.get('cpu')} ({record.get('cpu_capability')}, " \
-                                   f"{record.get('torch_threads')} torch threads of {record.get('cpu_count')} cores)"
-    return (f"- machine: {device}, {record.get('platform')}\n"
-            f"- Python {record.get('python')}; {pk}\n"
+    return (f"- machine: {machine(record)}, {record.get('platform')}\n"
+            f"- Python {record.get('python')}; {packages(record)}\n"
             f"- commit: {record.get('commit')}"
             + (" · **student mode** (`COURSE_IMPL=student`: a class's functions)" if record.get("impl") == "student"
                else "") + "\n")
+
+
+def environment_report(profile, record: dict | None = None) -> str:
+    """What notebook 00's Step 1 prints: the machine, the package versions, the profile and the folders.
+
+    The machine and the versions are :func:`environment_record`'s, the record every
+    results file carries, so the lines a learner sees here are the ones to compare with another machine's results.
+
+    Args:
+        profile: a resolved :class:`course_utils.run_config.Profile`.
+        record: an environment record (default: this process's, measured now).
+
+    Returns five lines: the machine (CPU or GPU, instruction set, torch threads, cores, RAM), Python and the
+    package versions, the commit, the profile (name, device, dtype, seed, base model), and where data,
+    artifacts and this profile's stage folders are.
+    """
+    from .paths import artifacts_root, data_dir
+
+    record = environment_record() if record is None else record
+    ram = _ram_gib()
+    model = profile.model_id or "the course tiny Qwen3 (built in 01)"
+    return "\n".join([
+        f"machine: {machine(record)}" + (f", {ram:.0f} GiB RAM" if ram else "") + f"; {record.get('platform')}",
+        f"python {record.get('python')}; {packages(record)}",
+        f"commit: {record.get('commit')}",
+        f"profile: {profile.name} | device: {profile.device} | dtype: {profile.dtype} | seed: {profile.seed} | "
+        f"model: {model}",
+        f"data: {data_dir()} | artifacts: {artifacts_root()} | stage folders: <notebook>/{profile.slug}/<stage>",
+    ])
+
+
+def _ram_gib() -> float | None:
+    """Total memory in GiB, or None where psutil is missing."""
+    try:
+        import psutil
+    except ImportError:
+        return None
+    return psutil.virtual_memory().total / 2**30

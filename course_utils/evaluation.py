@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
@@ -19,7 +20,7 @@ from .chat import chat_prompt
 from .data import everyday_sentences, load_jsonl, to_messages
 from .generation import eval_mode, generate, logps_under, sample_completions
 from .losses import completion_logps, kl_estimate, sft_loss
-from .profile import MIN_EVAL_SIZE
+from .run_config import MIN_EVAL_SIZE
 from .rewards import extract_answer, extract_think, is_correct, is_well_formatted, parse_int
 
 FAILURE_KINDS = ("correct", "format error", "answer contradicts think", "wrong sum")
@@ -287,7 +288,7 @@ class RewardModelScorer:
     template, right padding, the head's one logit), the scores PPO trains on (``ppo.reward_model_scores``), so
     ``Eval.score`` is the reward model's mean score of the very greedy answers whose accuracy the ``Eval`` reports.
     The ``(N,)`` tensor of the latest call's scores, one per answer in the order of ``Eval.samples``, stays in
-    ``last`` (for ``grpo.top_scored_wrong``, and for a mean computed in float32 as the tensor's own ``mean()``).
+    ``last`` (for :func:`top_scored_wrong`, and for a mean computed in float32 as the tensor's own ``mean()``).
     """
 
     def __init__(self, reward_model, tokenizer):
@@ -332,3 +333,16 @@ def kl_to_reference(model, reference, tokenizer, *, n: int, max_new_tokens: int,
     per_answer = (kl_estimate(out.logps, ref_logps, "k1") * out.completion_mask).sum(1).double()
     return {"kl": per_answer.mean().item(), "stderr": (per_answer.std() / math.sqrt(len(per_answer))).item(),
             "n_samples": len(per_answer)}
+
+
+def top_scored_wrong(samples: Sequence[Mapping], scores, k: int = 5) -> list[tuple[float, Mapping]]:
+    """The ``k`` wrong answers with the highest scores, best first, as ``(score, sample)`` pairs.
+
+    ``samples``: ``Eval.samples`` (dicts with ``correct``; ``experiment.evaluate(..., keep_samples=True)``);
+    ``scores``: one per sample, in the same order (an ``evaluation.RewardModelScorer``'s ``last``). Ties keep the
+    samples' order.
+    """
+    if len(samples) != len(scores):
+        raise ValueError(f"{len(samples)} samples but {len(scores)} scores")
+    wrong = [(float(score), sample) for score, sample in zip(scores, samples) if not sample["correct"]]
+    return sorted(wrong, key=lambda pair: -pair[0])[:k]

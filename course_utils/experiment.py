@@ -5,8 +5,8 @@
 * :class:`Runs` is a notebook's log of runs: ``with runs.timed(name)``, ``runs.add(name, ev, **extra)``,
   ``runs.table(columns)`` (Markdown), ``runs.record(notebook, profile, metrics)``.
 * :func:`calibrated` is the one rule for "may this check assert?".
-* :func:`failure_rates` turns an Eval's failure kinds into run-log columns; :func:`markdown_table` tabulates
-  what is not a run (a group of completions, loss weights); :func:`logged` reads a curve from a trainer's log.
+* :func:`failure_rates` turns an Eval's failure kinds into run-log columns; :func:`course_utils.show.markdown_table`
+  tabulates what is not a run (a group of completions, loss weights); :func:`logged` reads a curve from a trainer's log.
 
 
 **When a check asserts.** A check cell's thresholds were measured on the CPU profile (the course's tiny model) with the
@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, fields, is_dataclass
 
 from . import evaluation, results
+from .show import markdown_table, show_markdown
 
 # the parameters a check's thresholds hold for at any value: the seed (checked at five), and how the
 # profile was named ("auto" resolves to "cpu-tiny" without a GPU; the profile itself is checked below)
@@ -205,18 +206,12 @@ class Runs(dict):
         figure as a dash.
         """
         names = list(self) if names is None else names
-        head = "| run | " + " | ".join(columns.values()) + " |"
-        lines = [head, "|" + "---|" * (len(columns) + 1)]
-        for name in names:
-            lines.append(f"| {name} | " + " | ".join(_cell(key, self[name].get(key)) for key in columns) + " |")
-        return "\n".join(lines)
+        cells = {header: [_cell(key, self[name].get(key)) for name in names] for key, header in columns.items()}
+        return markdown_table(cells, index=names, index_header="run")
 
     def show(self, columns: Mapping[str, str], names: list[str] | None = None) -> None:
         """Display :meth:`table` as rendered Markdown (in a notebook; plain text elsewhere)."""
-        from IPython import get_ipython
-        from IPython.display import Markdown, display
-        text = self.table(columns, names)
-        display(Markdown(text)) if get_ipython() is not None else print(text)
+        show_markdown(self.table(columns, names))
 
     def record(self, notebook: str, profile, metrics: dict, seconds: float | None = None, extra: dict | None = None):
         """Write the notebook's results file (``results.record_results``) with every run's figures in ``extra``;
@@ -258,10 +253,19 @@ def seconds_to_reach(curve: Sequence[tuple[float, int, float]], target: float) -
     return next((seconds for seconds, _, value in curve if value >= target), None)
 
 
-def logged(log_history: list[dict], key: str) -> tuple[list[int], list[float]]:
+def logged_rows(log_history: list[dict], key: str) -> list[dict]:
+    """The entries of a trainer's ``state.log_history`` that log ``key``: with ``key="reward"``, GRPO's training
+    steps, without the summary entry a trainer appends when it ends."""
+    return [row for row in log_history if key in row]
+
+
+def logged(log_history: list[dict], key: str, *, finite: bool = False) -> tuple[list[int], list[float]]:
     """The steps and values of ``key`` in a trainer's ``state.log_history`` (the entries that have it), for a
-    curve: ``steps, kl = logged(trainer.state.log_history, "kl")``."""
-    rows = [row for row in log_history if key in row]
+    curve: ``steps, kl = logged(trainer.state.log_history, "kl")``. ``finite=True`` also drops entries whose value
+    is None, NaN or infinite."""
+    rows = logged_rows(log_history, key)
+    if finite:
+        rows = [row for row in rows if row[key] is not None and math.isfinite(float(row[key]))]
     return [row.get("step", i) for i, row in enumerate(rows)], [float(row[key]) for row in rows]
 
 
@@ -270,36 +274,6 @@ def failure_rates(ev: Eval) -> dict[str, float]:
     ``{"wrong_sum_rate": 0.41, "format_error_rate": 0.0, ...}``, for ``runs.add(name, ev, **failure_rates(ev))``
     (:meth:`Runs.table` prints a key ending in ``_rate`` as a percentage)."""
     return {kind.replace(" ", "_") + "_rate": float(share) for kind, share in ev.failures.items()}
-
-
-def _markdown_cell(value) -> str:
-    if hasattr(value, "item") and not isinstance(value, str):   # a one-element tensor or a numpy scalar
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return str(value).replace("|", "\\|").replace("<", "&lt;").replace("\n", " ")
-    if isinstance(value, float) and math.isnan(value):
-        return "–"
-    return f"{value:.3g}"
-
-
-def markdown_table(columns: Mapping[str, Sequence], index: Sequence | None = None, index_header: str = "") -> str:
-    """A Markdown table from ``{header: values}``, the columns of equal length, one row per position (for tables
-    that are not runs; :meth:`Runs.table` tabulates runs).
-
-    ``index`` (optional) is a first column headed ``index_header``. Numbers (tensors' items too) print with three
-    significant digits; anything else as text, with ``|`` escaped and ``<`` written ``&lt;``, so a completion's
-    ``<think>`` tags show instead of being read as HTML.
-    """
-    columns = {header: list(values) for header, values in columns.items()}
-    if index is not None:
-        columns = {index_header: list(index), **columns}
-    lengths = {len(values) for values in columns.values()}
-    if len(lengths) != 1:
-        raise ValueError(f"columns of different lengths: { {h: len(v) for h, v in columns.items()} }")
-    lines = ["| " + " | ".join(_markdown_cell(h) for h in columns) + " |", "|" + "---|" * len(columns)]
-    for row in zip(*columns.values()):
-        lines.append("| " + " | ".join(_markdown_cell(v) for v in row) + " |")
-    return "\n".join(lines)
 
 
 FRACTIONS = ("accuracy", "format_rate", "pass_at_1", "pass_at_k")

@@ -14,8 +14,6 @@ the trainer does not:
 
 And what the notebook measures and shows around its runs:
 
-* :func:`top_scored_wrong` — the wrong answers a reward model likes best (with
-  ``evaluation.RewardModelScorer``'s scores, section 6's reward hacking);
 * :func:`methods_table` — PPO (05), DPO (06) and GRPO side by side, from the results files.
 """
 from __future__ import annotations
@@ -183,19 +181,6 @@ def trl_parity(trainer, n_prompts: int = 4, perturb: float = 1e-2, seed: int = 0
 
 
 # --------------------------------------------------------------------------- measuring and showing (notebook 07)
-def top_scored_wrong(samples: Sequence[Mapping], scores, k: int = 5) -> list[tuple[float, Mapping]]:
-    """The ``k`` wrong answers with the highest scores, best first, as ``(score, sample)`` pairs.
-
-    ``samples``: ``Eval.samples`` (dicts with ``correct``; ``experiment.evaluate(..., keep_samples=True)``);
-    ``scores``: one per sample, in the same order (an ``evaluation.RewardModelScorer``'s ``last``). Ties keep the
-    samples' order.
-    """
-    if len(samples) != len(scores):
-        raise ValueError(f"{len(samples)} samples but {len(scores)} scores")
-    wrong = [(float(score), sample) for score, sample in zip(scores, samples) if not sample["correct"]]
-    return sorted(wrong, key=lambda pair: -pair[0])[:k]
-
-
 def _find(record: Mapping, *paths: tuple):
     """The value at the first of ``paths`` (keys into ``record``) that exists, else None."""
     return next((v for v in (record_value(record, *path) for path in paths) if v is not None), None)

@@ -1,7 +1,7 @@
 """The course's losses, written from scratch as small pure functions of tensors.
 
 Each docstring carries the formula; notebooks derive it on the page, then check
-these functions against the library (TRL / transformers) with ``checks.compare``.
+these functions against the library (TRL / transformers) with ``show.compare``.
 Shapes: ``B`` batch, ``T`` sequence length, ``V`` vocabulary.
 """
 from __future__ import annotations

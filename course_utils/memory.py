@@ -358,7 +358,7 @@ NOTEBOOKS = {
 
 def gpu_profile(model_id: str = "Qwen/Qwen3-0.6B"):
     """The ``gpu`` profile's fields, built without CUDA (``get_profile("gpu")`` needs a GPU): for its recipes only."""
-    from .profile import Profile
+    from .run_config import Profile
     return Profile(name="gpu", model_id=model_id, seed=0, device="cuda", dtype=torch.bfloat16, max_new_tokens=256)
 
 
@@ -494,7 +494,7 @@ def rows(models=MODELS, notebooks=tuple(NOTEBOOKS), prompt_tokens: int = PROMPT_
 
 
 def table(models=MODELS, notebooks=tuple(NOTEBOOKS), prompt_tokens: int = PROMPT_TOKENS) -> str:
-    """The estimates as a Markdown table (``experiment.markdown_table``), GiB with three significant digits."""
-    from .experiment import markdown_table
+    """The estimates as a Markdown table (``show.markdown_table``), GiB with three significant digits."""
+    from .show import markdown_table
     data = rows(models, notebooks, prompt_tokens)
     return markdown_table({key: [r[key] for r in data] for key in data[0]})

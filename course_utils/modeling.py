@@ -170,3 +170,83 @@ def check_safetensors_dir(path: str | Path) -> Path:
         raise ValueError(f"{path} holds no *.safetensors weights (found {found}); the course "
                          "loads weights only as safetensors, never pickled .bin/.pt files")
     return path
+
+
+# Models of other families, built from configs: what a learner's own model looks like to the course
+FAMILIES = ("llama", "gpt2")
+POSITIONS = 512   # longer than any course chat (SFT truncates at 256 tokens): GPT-2's positions are learned
+SIZES = {   # family_model's shapes: the matrix's (built in a second) and the course model's (to pretrain)
+    "matrix": dict(vocab=400, hidden=32, mlp=64, layers=1, heads=2, kv_heads=1),
+    "course": dict(vocab=640, hidden=96, mlp=256, layers=4, heads=4, kv_heads=2),
+}
+
+
+def byte_bpe(special: list[str], vocab_size: int = 400, texts: list[str] | None = None, split_digits: bool = False):
+    """A byte-level BPE trained on ``texts`` (default: 500 train chats) with the tags' angle brackets removed, so it
+    has never seen the course's tags as tokens (as a real model's tokenizer has not). ``split_digits`` makes every
+    digit a token of its own, as Llama's and SmolLM's tokenizers do."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from course_utils.data import load_jsonl
+
+    if texts is None:
+        texts = [r["question"] + " " + r["completion"] for r in load_jsonl("arithmetic", "train")[:500]]
+    texts = [t.replace("<", " ").replace(">", " ") for t in texts]
+    tok = Tokenizer(models.BPE())
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+                         if split_digits else byte_level)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special,
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return tok
+
+
+def family_model(family: str, seed: int = 0, size: str = "matrix"):
+    """A random model of ``family`` and its tokenizer, built in about a second, from a config (no download).
+
+    ``llama``: a Llama-style model with a byte-level BPE tokenizer, ``<s>`` / ``</s>``, no pad token and no chat
+    template. ``gpt2``: a GPT-2-style model whose single ``<|endoftext|>`` is BOS and EOS, no pad token, no template,
+    learned positions. Both lack what :func:`course_utils.adapt.adapt` adds, as a hub model would.
+
+    ``size="matrix"``: the matrix's (one layer, width 32, a 400-token BPE). ``size="course"``: the course's own
+    model's shape (4 layers, width 96, 4 heads, 2 KV heads) with a BPE of up to 640 tokens learned from the corpus
+    and the train chats, digits one token each: what :mod:`course_tools.base_model` pretrains.
+    """
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; choose one of {tuple(SIZES)}")
+    dims = SIZES[size]
+    texts = None
+    if size == "course":
+        texts = tokenizer_training_texts()
+    bpe = dict(vocab_size=dims["vocab"], texts=texts, split_digits=size == "course")
+    if family == "llama":
+        tokenizer = PreTrainedTokenizerFast(tokenizer_object=byte_bpe(["<s>", "</s>"], **bpe), bos_token="<s>",
+                                            eos_token="</s>")
+        config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=dims["hidden"], intermediate_size=dims["mlp"],
+                             num_hidden_layers=dims["layers"], num_attention_heads=dims["heads"],
+                             num_key_value_heads=dims["kv_heads"], max_position_embeddings=POSITIONS,
+                             bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+        cls = LlamaForCausalLM
+    elif family == "gpt2":
+        tokenizer = PreTrainedTokenizerFast(tokenizer_object=byte_bpe(["<|endoftext|>"], **bpe),
+                                            bos_token="<|endoftext|>", eos_token="<|endoftext|>")
+        config = GPT2Config(vocab_size=len(tokenizer), n_embd=dims["hidden"], n_layer=dims["layers"],
+                            n_head=dims["heads"], n_positions=POSITIONS,   # GPT-2's MLP: 4 x width
+                            bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+        cls = GPT2LMHeadModel
+    else:
+        raise ValueError(f"unknown family {family!r}; choose one of {FAMILIES}")
+    torch.manual_seed(seed)
+    return cls(config), tokenizer
+
+
+def save_family_model(family: str, folder: Path) -> Path:
+    """``family_model(family)`` saved to ``folder`` as a hub-style local folder (safetensors), once."""
+    folder = Path(folder)
+    if not (folder / "model.safetensors").is_file():
+        model, tokenizer = family_model(family)
+        model.save_pretrained(folder, safe_serialization=True)
+        tokenizer.save_pretrained(folder)
+    return folder

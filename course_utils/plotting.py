@@ -29,12 +29,6 @@ def smooth(values: Sequence[float], window: int = 1) -> np.ndarray:
     return out
 
 
-def history_series(log_history: list[dict], key: str) -> tuple[list[int], list[float]]:
-    """``(steps, values)`` of ``key`` from a Trainer's ``state.log_history``."""
-    pairs = [(h["step"], h[key]) for h in log_history if key in h and "step" in h]
-    return [p[0] for p in pairs], [float(p[1]) for p in pairs]
-
-
 def plot_curves(curves: Mapping[str, tuple[Sequence[float], Sequence[float]]], title: str = "",
                 xlabel: str = "step", ylabel: str = "loss", logy: bool = False, window: int = 1,
                 baselines: Mapping[str, float] | None = None, ax=None):

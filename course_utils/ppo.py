@@ -9,7 +9,7 @@ TRL step               what happens                                     here
 =====================  ===============================================  ===========================
 1. generate            sample one completion per prompt                 :func:`rollout`
 2. logprobs, values    π_old and π_ref log-probs; V_old per token       :func:`policy_value_forward`,
-                                                                        :func:`reference_logps`
+                                                                        ``generation.logps_under``
 3. scores              the reward model (or verifier) scores each       :func:`verifier_scores`,
                        completion; a missing EOS is penalised           :func:`reward_model_scores`
 4. compute rewards     −β·KL on every token, + score on the last        :func:`shaped_rewards`
@@ -142,11 +142,6 @@ def policy_value_forward(model: PolicyAndValue, completions: Completions, temper
 
 
 @torch.no_grad()
-def reference_logps(ref_policy, completions: Completions, temperature: float = 1.0) -> torch.Tensor:
-    """Step 2: ``(B, C)`` log-probs of the completion tokens under the frozen reference policy."""
-    return logps_under(ref_policy, completions, temperature)
-
-
 def verifier_scores(texts: list[str], problems: list[dict]) -> torch.Tensor:
     """Step 3 with a rule: 1 for a right ``<answer>``, else 0 (``rewards.accuracy_reward``)."""
     return torch.tensor(accuracy_reward(texts, answer=[p["answer"] for p in problems]))
@@ -221,7 +216,7 @@ def make_rollouts(model: PolicyAndValue, ref_policy, tokenizer, problems: list[d
     scores = scores - recipe.missing_eos_penalty * (~finished(completions, eos_token_ids(tokenizer, model.policy))).float()
     model.eval()
     logps, values, _ = policy_value_forward(model, completions, recipe.temperature)       # 2
-    ref = reference_logps(ref_policy, completions, recipe.temperature)
+    ref = logps_under(ref_policy, completions, recipe.temperature)                        # 2: π_ref
     logps, values, ref = logps.cpu() * mask, values.cpu() * mask, ref.cpu() * mask
     rewards, kl = shaped_rewards(scores, logps, ref, mask, recipe.kl_coef, recipe.kl_estimator)  # 4
     advantages, returns = gae(rewards, values, recipe.gamma, recipe.lam, mask)            # 6

@@ -27,8 +27,8 @@ from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 from typing import ClassVar
 
-from .checks import show_markdown
-from .profile import Profile
+from .show import show_markdown
+from .run_config import Profile
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """RL basics: the toy experiments of notebook 04 (RL foundations), in NumPy, no language model.
 
 This module holds only the small, self-contained experiments that notebook 04 runs
-and shows on the page with ``checks.show_source``; the PPO / GRPO / DPO code for
+and shows on the page with ``show.show_source``; the PPO / GRPO / DPO code for
 language models lives in other modules. Everything takes an explicit
 ``numpy.random.Generator`` so results are seeded.
 

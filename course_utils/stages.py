@@ -40,7 +40,7 @@ from .adapt import adapt
 from .course import notebook_name
 from .modeling import build_model, check_safetensors_dir, save_checkpoint, train_tokenizer, transformers_errors_only
 from .paths import artifacts_dir
-from .profile import Profile, get_profile, seed_everything
+from .run_config import Profile, get_profile, seed_everything
 from .recipes import recipe_for
 
 

@@ -141,7 +141,7 @@ def log_ratios_by_lag(trainer, history: WeightHistory, lags, at: int = -1, n_pro
 def ratio_table(log_ratios: dict[str, torch.Tensor], epsilon_low: float = 0.2, epsilon_high: float = 0.2) -> str:
     """A Markdown table of :func:`log_ratios_by_lag`'s output: per sampler, the tokens, the mean and largest absolute
     log-ratio, and the share of tokens whose ratio lies outside PPO's clip range [1 − ε_low, 1 + ε_high]."""
-    from .experiment import markdown_table
+    from .show import markdown_table
     low, high = math.log(1 - epsilon_low), math.log(1 + epsilon_high)
     return markdown_table({
         "tokens": [r.numel() for r in log_ratios.values()],

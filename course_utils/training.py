@@ -20,7 +20,7 @@ from . import generation
 from .compat import install_trl_cpu_fallback
 from .data import load_jsonl, preference_rows, sft_rows
 from .evaluation import evaluate_arithmetic
-from .profile import Profile
+from .run_config import Profile
 from .recipes import DistillRecipe, DPORecipe, GRPORecipe, PretrainRecipe, RewardRecipe, SFTRecipe
 
 
@@ -75,7 +75,7 @@ def packed_blocks_collator(rows: list[dict]) -> dict:
 def pretrain_trainer(model, tokenizer, profile: Profile, recipe: PretrainRecipe, output_dir: str | Path) -> Trainer:
     """A ``transformers.Trainer`` set up for next-token pretraining on the packed corpus.
 
-    A tokenizer without a pad token (a base model of another family, :mod:`course_utils.base_model`) gets
+    A tokenizer without a pad token (a base model of another family, :mod:`course_tools.base_model`) gets
     :func:`packed_blocks_collator`; the course's own keeps ``DataCollatorForLanguageModeling``.
     """
     args = TrainingArguments(

@@ -65,7 +65,7 @@ def parse(parser, args: list[str] | None = None):
 def prepare(training_args, model_args=None) -> dict:
     """On a machine without CUDA, switch a GPU recipe to settings a CPU can run; returns what changed.
 
-    As ``course_utils.profile.Profile.trainer_kwargs`` does for the notebooks: bf16/fp16
+    As ``course_utils.run_config.Profile.trainer_kwargs`` does for the notebooks: bf16/fp16
     off, gradient checkpointing off (an order of magnitude slower on a CPU, for memory
     a tiny run does not need), ``use_cpu`` on. Also installs the dense stand-in for
     TRL's Triton log-prob kernel, turns off vLLM (it needs a GPU) and loads bf16

@@ -73,7 +73,7 @@ def trl_ppo(steps: int, profile, recipe) -> float:
 
 
 def main() -> None:
-    from course_utils.profile import get_profile
+    from course_utils.run_config import get_profile
     from course_utils.recipes import recipe_for
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

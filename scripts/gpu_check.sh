@@ -15,7 +15,7 @@ OUT=${OUT:-build/gpu_check}
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
 
 start=$(date +%s)
-timeout "${LIMIT_S:-900}" "$PY" -m course_utils.runner notebooks/11_qwen3_grpo_unsloth_vllm.ipynb --out "$OUT"
+timeout "${LIMIT_S:-900}" "$PY" -m course_tools.runner notebooks/11_qwen3_grpo_unsloth_vllm.ipynb --out "$OUT"
 echo "notebook 11 on the GPU: $(( $(date +%s) - start )) s wall"
 
 results=${COURSE_ARTIFACTS:-artifacts}/results/11_qwen3_grpo_unsloth_vllm.json

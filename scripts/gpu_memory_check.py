@@ -37,7 +37,7 @@ from transformers import TrainerCallback  # noqa: E402
 from course_utils import data, dpo, grpo, memory, modeling, ppo, rewards, training  # noqa: E402
 from course_utils.chat import chat_prompt  # noqa: E402
 from course_utils.environment import environment_record  # noqa: E402
-from course_utils.profile import Profile, seed_everything  # noqa: E402
+from course_utils.run_config import Profile, seed_everything  # noqa: E402
 from course_utils.recipes import recipe_for  # noqa: E402
 
 MODEL_ID = "Qwen/Qwen3-0.6B"

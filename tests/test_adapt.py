@@ -8,7 +8,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 from course_utils import adapt
 from course_utils.chat import chat_prompt, encode_chat
 from course_utils.data import to_messages
-from course_utils.matrix import family_model, save_family_model
+from course_utils.modeling import family_model, save_family_model
 from course_utils.modeling import train_tokenizer
 from course_utils.rewards import COURSE_TAGS, SEED_TAGS
 
@@ -125,7 +125,7 @@ def test_what_cannot_be_adapted_says_what_is_missing():
 def test_the_budget_follows_the_tokenizer():
     from transformers import PreTrainedTokenizerFast
 
-    from course_utils.matrix import byte_bpe
+    from course_utils.modeling import byte_bpe
     _, coarse = llama_like()
     fine = PreTrainedTokenizerFast(tokenizer_object=byte_bpe(["</s>"], vocab_size=260), eos_token="</s>")
     assert adapt.answer_budget(fine) > adapt.answer_budget(coarse) >= 16
@@ -138,7 +138,7 @@ def test_your_own_model_from_a_folder_is_the_pretrain_stage_on_a_cpu(tmp_path, m
     from dataclasses import dataclass
 
     from course_utils import experiment, stages
-    from course_utils.profile import get_profile
+    from course_utils.run_config import get_profile
     folder = save_family_model("llama", tmp_path / "my-llama")
     monkeypatch.setenv("COURSE_MODEL", str(folder))
     monkeypatch.setenv("COURSE_ARTIFACTS", str(tmp_path / "artifacts"))

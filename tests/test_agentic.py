@@ -284,7 +284,7 @@ def test_the_tool_format_ends_turns_with_a_foreign_tokenizers_eos():
     """A model of your own keeps its EOS (``</s>`` here): the tool turns end with it, where its generation stops,
     and the result's ids and a call are read as for the course's tokenizer (at full scale 12 once crashed here)."""
     from course_utils import adapt
-    from course_utils.matrix import family_model
+    from course_utils.modeling import family_model
     model, tok = family_model("llama")
     adapt.adapt(model, tok)
     agentic.add_tool_tokens(tok, model)
@@ -303,8 +303,8 @@ def test_the_tool_format_ends_turns_with_a_foreign_tokenizers_eos():
 
 def test_fit_budget_keeps_the_courses_and_makes_room_for_a_foreign_tokenizer(tokenizer):
     from course_utils import adapt, data, recipes
-    from course_utils.matrix import family_model
-    from course_utils.profile import get_profile
+    from course_utils.modeling import family_model
+    from course_utils.run_config import get_profile
     recipe = recipes.recipe_for("agentic", get_profile("cpu-tiny"))
     problems = data.load_jsonl("tool_arithmetic", "train")[:300]
     assert agentic.fit_budget(recipe, copy.deepcopy(tokenizer), problems) == recipe        # 64 holds the course's

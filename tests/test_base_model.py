@@ -2,8 +2,9 @@ import json
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from course_utils import adapt, base_model
-from course_utils.matrix import family_model
+from course_utils import adapt
+from course_tools import base_model
+from course_utils.modeling import family_model
 
 
 def test_a_course_size_family_model_has_the_course_models_shape_and_splits_digits():

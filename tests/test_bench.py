@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from course_utils import bench, results
+from course_tools import reports
+from course_tools import bench
 
 
 def test_forward_flops_counts_matrix_parameters_and_attention(tokenizer):
@@ -30,11 +31,11 @@ def test_machine_and_markdown():
 
 
 def test_budget_report_scales_by_the_matmul_rate_and_flags_slips():
-    report = results.budget_report({"05_ppo": 100.0, "01_pretrain": 400.0}, gflops=2 * results.REFERENCE_GFLOPS)
+    report = reports.budget_report({"05_ppo": 100.0, "01_pretrain": 400.0}, gflops=2 * reports.REFERENCE_GFLOPS)
     assert "| 05_ppo | 100 | 200 |" in report and "| 01_pretrain | 400 | 800 |" in report
     assert "over" in report.split("01_pretrain", 1)[1].splitlines()[0]          # 800 s > 5 min
     assert "| **total** | 500 | 1000 | 1800 | ok |" in report
-    plain = results.budget_report({"05_ppo": 10.0})
+    plain = reports.budget_report({"05_ppo": 10.0})
     assert "not normalised" in plain and "| 05_ppo | 10 | 10 |" in plain
 
 
@@ -42,11 +43,11 @@ def test_budget_report_says_where_an_over_budget_notebook_spends_its_time():
     slow = {"notebook": "07_grpo", "seconds": 500.0,
             "extra": {"runs": {"GRPO": {"seconds": 100.0, "accuracy": 0.5}, "GSPO": {"seconds": 50.0},
                                "sft_cold (start)": {"accuracy": 0.35}, "stale": {"seconds": 200.0}}}}
-    assert results.time_breakdown(slow, top=2) == "stale 200 s (40%), GRPO 100 s (20%)"
-    assert results.time_breakdown({"notebook": "04_rl_foundations", "seconds": 20.0}) == ""
+    assert reports.time_breakdown(slow, top=2) == "stale 200 s (40%), GRPO 100 s (20%)"
+    assert reports.time_breakdown({"notebook": "04_rl_foundations", "seconds": 20.0}) == ""
     quick = {"notebook": "04_rl_foundations", "seconds": 20.0, "extra": {"runs": {"bandit": {"seconds": 10.0}}}}
-    report = results.budget_report({"07_grpo": 500.0, "04_rl_foundations": 20.0}, records=[slow, quick])
+    report = reports.budget_report({"07_grpo": 500.0, "04_rl_foundations": 20.0}, records=[slow, quick])
     where = report.split("longest timed blocks", 1)[1]
     assert "- 07_grpo (500 s of its own clock): stale 200 s (40%), GRPO 100 s (20%), GSPO 50 s (10%)" in where
     assert "04_rl_foundations" not in where          # within its budget: no line
-    assert "longest timed blocks" not in results.budget_report({"04_rl_foundations": 20.0}, records=[quick])
+    assert "longest timed blocks" not in reports.budget_report({"04_rl_foundations": 20.0}, records=[quick])

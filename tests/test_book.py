@@ -1,6 +1,6 @@
 """The book in a real browser: a small book built from two notebooks this test run executed, read by headless Chromium.
 
-``make test`` runs this file in a phase of its own after every notebook has run (``course_utils.testrun``), and a
+``make test`` runs this file in a phase of its own after every notebook has run (``course_tools.testrun``), and a
 plain ``pytest`` moves it to the end (the top-level ``conftest.py``): it reads the executed copies nbval left in
 ``build/test-notebooks/`` and executes nothing itself. Without them (this file run alone) it skips, except under CI,
 where their absence is a fault of the test run. Without a headless Chromium it skips and says how to install one
@@ -19,8 +19,8 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from course_utils import book
-from course_utils.browser import Browser, find_chromium
+from course_tools import book
+from course_tools.browser import Browser, find_chromium
 from course_utils.paths import repo_root
 
 CHAPTERS = ("00", "04")
@@ -154,6 +154,7 @@ def test_chapters_open_with_a_run_box_and_no_frozen_bars(site):
     text = (out / "04_rl_foundations.html").read_text(encoding="utf-8")
     assert "Run it yourself" in text and "04_rl_foundations.ipynb" in text
     assert "0%|" not in text, "a progress bar frozen at 0% is on the page"
+    assert "Opened on a hosted notebook service" not in text, "the install cell is on the page: the lesson comes first"
 
 
 def test_the_site_is_served_by_http_server(site):

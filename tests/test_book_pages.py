@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import book, course, progress
+from course_utils import course, progress
+from course_tools import book
 from course_utils.course import NOTEBOOKS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,7 +139,11 @@ def test_sync_install_cells_inserts_once_and_keeps_the_rest(tmp_path):
     synced = json.loads((tmp_path / "notebooks" / original.name).read_text(encoding="utf-8"))
     assert len(synced["cells"]) == len(nb["cells"]) + 1 and synced["cells"][1]["id"] == book.INSTALL_CELL_ID
     assert "".join(synced["cells"][1]["source"]) == course.install_cell()
+    assert synced["cells"][1]["metadata"] == book.INSTALL_CELL_METADATA
     assert book.sync_install_cells(tmp_path) == []    # already in place: nothing changes
+    synced["cells"][1]["metadata"] = {}                 # a cell that lost its metadata gets it back
+    (tmp_path / "notebooks" / original.name).write_text(json.dumps(synced), encoding="utf-8")
+    assert book.sync_install_cells(tmp_path) == [original.name]
 
 
 def test_text_progress_bars_write_plain_text_to_stdout(monkeypatch, capsys):
@@ -171,13 +176,13 @@ def test_the_readme_shows_the_pipeline_figure_the_book_draws():
 
 
 def test_the_committed_pipeline_figure_is_what_plot_pipeline_draws_now(tmp_path):
-    """Redraw after changing course.NOTEBOOKS: python -m course_utils.book --figure."""
+    """Redraw after changing course.NOTEBOOKS: python -m course_tools.book --figure."""
     import matplotlib.image as mpimg
     import numpy as np
     fresh = mpimg.imread(book.draw_pipeline_figure(tmp_path / "pipeline.png"))
     committed = mpimg.imread(ROOT / book.PIPELINE_FIGURE)
-    assert fresh.shape == committed.shape, "redraw it: python -m course_utils.book --figure"
-    assert float(np.abs(fresh - committed).mean()) < 0.01, "redraw it: python -m course_utils.book --figure"
+    assert fresh.shape == committed.shape, "redraw it: python -m course_tools.book --figure"
+    assert float(np.abs(fresh - committed).mean()) < 0.01, "redraw it: python -m course_tools.book --figure"
 
 
 def test_a_backbone_under_a_new_head_loads_quietly_and_a_real_gap_is_still_reported(tmp_path, capsys):

@@ -7,7 +7,7 @@ import torch
 
 from course_utils import capstone, data, recipes, rewards
 from course_utils.modeling import build_model
-from course_utils.profile import get_profile
+from course_utils.run_config import get_profile
 
 TAGS = rewards.SEED_TAGS
 SYSTEM = capstone.system_prompt(TAGS)
@@ -79,9 +79,9 @@ def test_seed_rewards_score_in_the_seed_order_and_never_raise():
 
 def test_evaluate_puts_the_opening_tag_back():
     right = f"1 + 1 = 2{TAGS.think_close}{TAGS.answer_open}2{TAGS.answer_close}"
-    result = capstone.evaluate([right, "garbage"], ["2", "2"], TAGS)
+    result = capstone.tagged_answer_rates([right, "garbage"], ["2", "2"], TAGS)
     assert result["accuracy"] == 0.5 and result["format_rate"] == 0.5 and result["correct"] == [True, False]
-    assert capstone.evaluate([right], ["2"], TAGS, prefixed=False)["format_rate"] == 0.0
+    assert capstone.tagged_answer_rates([right], ["2"], TAGS, prefixed=False)["format_rate"] == 0.0
 
 
 def test_add_tag_tokens_copies_the_course_tags(tokenizer):

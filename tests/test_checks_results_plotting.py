@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from course_utils import course, plotting, results
-from course_utils.checks import compare
+from course_tools import reports
+from course_utils.show import compare
 
 
 def test_compare_passes_and_fails(capsys):
@@ -27,7 +28,7 @@ def test_record_and_report(tmp_artifacts):
     rec = json.loads(path.read_text())
     assert rec["notebook"] == "01_pretrain" and rec["seed"] == 7 and rec["metrics"]["val_loss"]["after"] == 1.1
     assert rec["peak_ram_mb"] > 0
-    table = results.results_markdown(results.load_results())
+    table = reports.results_markdown(results.load_results())
     assert "| 01_pretrain | val_loss | 6.4 | 1.1 |" in table
 
 
@@ -62,9 +63,7 @@ def test_plots_draw_what_they_are_given():
     plt.close(fig)
 
 
-def test_history_series_and_smooth():
-    hist = [{"step": 1, "loss": 2.0}, {"step": 2, "eval_loss": 1.5}, {"step": 3, "loss": 1.0}]
-    assert plotting.history_series(hist, "loss") == ([1, 3], [2.0, 1.0])
+def test_smooth():
     assert list(plotting.smooth([1, 3, 5], 2)) == [1.0, 2.0, 4.0]
 
 
@@ -149,7 +148,7 @@ def test_plot_pipeline_says_which_notebooks_start_from_sft_cold():
 def test_load_results_of_this_run_skips_other_seeds_models_and_scales(tmp_path, monkeypatch):
     from dataclasses import replace
 
-    from course_utils.profile import get_profile
+    from course_utils.run_config import get_profile
     monkeypatch.setenv("COURSE_ARTIFACTS", str(tmp_path))
     profile = get_profile("cpu-tiny", seed=1234)
     pair = {"accuracy": {"before": 0.1, "after": 0.2}}

@@ -1,8 +1,8 @@
 """Tests of course_utils.course's environment report (notebook 00, Step 1)."""
 import dataclasses
 
-from course_utils import course
-from course_utils.profile import get_profile
+from course_utils import course, environment
+from course_utils.run_config import get_profile
 
 RECORD = {"python": "3.11.7", "packages": {"torch": "2.13.0+cpu", "trl": "1.15.0"}, "cpu": "Some CPU",
           "cpu_capability": "AVX2", "cpu_count": 4, "torch_threads": 2, "cuda": None, "platform": "Linux-x",
@@ -11,7 +11,7 @@ RECORD = {"python": "3.11.7", "packages": {"torch": "2.13.0+cpu", "trl": "1.15.0
 
 def test_the_report_names_machine_versions_profile_and_folders():
     profile = get_profile("cpu-tiny", seed=7)
-    lines = course.environment_report(profile, RECORD).splitlines()
+    lines = environment.environment_report(profile, RECORD).splitlines()
     assert len(lines) == 5
     assert lines[0].startswith("machine: Some CPU (AVX2, 2 torch threads of 4 cores)") and "Linux-x" in lines[0]
     assert lines[1] == "python 3.11.7; torch 2.13.0+cpu, trl 1.15.0"
@@ -22,12 +22,12 @@ def test_the_report_names_machine_versions_profile_and_folders():
 
 def test_the_report_shows_a_gpu_and_a_hub_model_with_their_slug():
     profile = dataclasses.replace(get_profile("cpu-tiny"), name="gpu", model_id="Qwen/Qwen3-0.6B", device="cuda")
-    text = course.environment_report(profile, {**RECORD, "cuda": "NVIDIA H200"})
+    text = environment.environment_report(profile, {**RECORD, "cuda": "NVIDIA H200"})
     assert text.startswith("machine: NVIDIA H200") and "Some CPU" not in text
     assert "model: Qwen/Qwen3-0.6B" in text and "<notebook>/gpu-Qwen--Qwen3-0.6B/<stage>" in text
 
 
 def test_the_default_record_is_this_process():
-    text = course.environment_report(get_profile("cpu-tiny"))
+    text = environment.environment_report(get_profile("cpu-tiny"))
     import torch
     assert f"torch {torch.__version__}" in text and torch.backends.cpu.get_cpu_capability() in text

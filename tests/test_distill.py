@@ -6,7 +6,7 @@ import torch
 
 from course_utils import data, distill, losses, rewards, training
 from course_utils.modeling import build_model, count_parameters
-from course_utils.profile import get_profile
+from course_utils.run_config import get_profile
 from course_utils.recipes import recipe_for
 
 

@@ -86,7 +86,7 @@ def test_trl_dpo_trainer_loss_parity(tokenizer, tiny_pair, tmp_path, loss_type):
     """DPOTrainer's own compute_loss on its collated batch equals ours on the same tensors."""
     from dataclasses import replace
 
-    from course_utils.profile import get_profile
+    from course_utils.run_config import get_profile
     from course_utils.recipes import DPORecipe
     from course_utils.training import dpo_trainer
     policy, reference = tiny_pair
@@ -102,7 +102,7 @@ def test_precomputed_reference_logps_train_exactly_as_scoring_at_every_step(toke
     """training.dpo_trainer scores the reference once up front: every logged number equals TRL's per-step scoring."""
     from dataclasses import replace
 
-    from course_utils.profile import get_profile, seed_everything
+    from course_utils.run_config import get_profile, seed_everything
     from course_utils.recipes import DPORecipe
     from course_utils.training import dpo_trainer
     policy, reference = tiny_pair
@@ -169,7 +169,7 @@ def test_self_generated_pairs_pair_a_right_answer_with_a_wrong_one(tokenizer, ti
 def _profile(eval_size=200, max_new_tokens=37):
     from dataclasses import replace
 
-    from course_utils.profile import get_profile
+    from course_utils.run_config import get_profile
     return replace(get_profile("cpu-tiny", seed=5), eval_size=eval_size, max_new_tokens=max_new_tokens)
 
 

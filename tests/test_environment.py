@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from course_utils import environment, evaluation, results, training
-from course_utils.profile import get_profile
+from course_tools import reports
+from course_utils.run_config import get_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "requirements-lock.txt"
@@ -62,7 +63,7 @@ def test_every_results_file_carries_the_environment(tmp_path, monkeypatch):
     path = results.record_results("99_test", {"acc": {"before": 0.1, "after": 0.5}}, seed=7, seconds=1.0)
     record = json.loads(path.read_text(encoding="utf-8"))
     assert record["environment"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
-    assert "Measured in:" in results.results_markdown([record])
+    assert "Measured in:" in reports.results_markdown([record])
 
 
 def test_the_profile_sets_torch_threads(monkeypatch):
@@ -147,7 +148,7 @@ def _record(nb, seed, after, env_cpu="cpu A"):
 
 
 def test_seeds_table_lists_each_seed_and_the_range():
-    from course_utils.seeds import seeds_markdown
+    from course_tools.seeds import seeds_markdown
     text = seeds_markdown({7: [_record("05_ppo", 7, 0.5)], 1234: [_record("05_ppo", 1234, 0.75),
                                                                    _record("06_dpo", 1234, 0.6)]})
     row = next(line for line in text.splitlines() if line.startswith("| 05_ppo | accuracy"))
@@ -158,7 +159,7 @@ def test_seeds_table_lists_each_seed_and_the_range():
 
 
 def test_seeds_report_only_reads_each_seed_folder(tmp_path):
-    from course_utils import seeds
+    from course_tools import seeds
     for seed, after in ((3, 0.25), (5, 0.5)):
         art, _ = seeds.seed_folders(seed, tmp_path / "artifacts", tmp_path / "build")
         (art / "results").mkdir(parents=True)
@@ -176,7 +177,7 @@ def test_seeds_report_only_reads_each_seed_folder(tmp_path):
 
 
 def test_the_readme_table_takes_each_cell_and_step_count_from_the_records():
-    from course_utils.seeds import README_ROWS, readme_table
+    from course_tools.seeds import README_ROWS, readme_table
     ppo = lambda seed, after, steps: dict(_record("05_ppo", seed, after), extra={"verifier_steps": steps})
     text = readme_table({1234: [ppo(1234, 0.625, 60)], 7: [ppo(7, 0.875, 80)]})
     lines = text.splitlines()

@@ -4,8 +4,8 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from course_utils import experiment
-from course_utils.profile import get_profile
+from course_utils import experiment, show
+from course_utils.run_config import get_profile
 
 
 @dataclass
@@ -132,6 +132,9 @@ def test_logged_keeps_only_the_entries_with_the_key():
     history = [{"loss": 2.0, "step": 10}, {"kl": 0.1, "step": 10}, {"loss": 1.0, "step": 20}, {"train_runtime": 3.0}]
     assert experiment.logged(history, "loss") == ([10, 20], [2.0, 1.0])
     assert experiment.logged(history, "reward") == ([], [])
+    assert experiment.logged_rows(history, "loss") == [history[0], history[2]]
+    gaps = [{"kl": 0.1, "step": 1}, {"kl": None, "step": 2}, {"kl": float("nan"), "step": 3}, {"kl": 0.3, "step": 4}]
+    assert experiment.logged(gaps, "kl", finite=True) == ([1, 4], [0.1, 0.3])
 
 
 def test_failure_rates_are_run_log_columns_printed_as_percentages():
@@ -149,14 +152,14 @@ def test_failure_rates_are_run_log_columns_printed_as_percentages():
 
 
 def test_markdown_table_formats_numbers_and_escapes_text():
-    table = experiment.markdown_table({"completion": ["<think>1 | 2</think>", "x\ny"], "reward": [2.0, torch.tensor(0.5)],
+    table = show.markdown_table({"completion": ["<think>1 | 2</think>", "x\ny"], "reward": [2.0, torch.tensor(0.5)],
                                  "weight": [2.4414e-4, float("nan")]}, index=[0, 1], index_header="#")
     assert table.splitlines() == ["| # | completion | reward | weight |", "|---|---|---|---|",
                                   "| 0 | &lt;think>1 \\| 2&lt;/think> | 2 | 0.000244 |",
                                   "| 1 | x y | 0.5 | – |"]
-    assert experiment.markdown_table({"a": [True]}).splitlines()[-1] == "| True |"
+    assert show.markdown_table({"a": [True]}).splitlines()[-1] == "| True |"
     with pytest.raises(ValueError, match="different lengths"):
-        experiment.markdown_table({"a": [1, 2], "b": [1]})
+        show.markdown_table({"a": [1, 2], "b": [1]})
 
 
 def test_timed_run_measures_the_start_every_few_steps_and_the_end_then_records_the_run(tokenizer):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from course_utils import capstone, recipes
-from course_utils.profile import get_profile
+from course_utils.run_config import get_profile
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None or importlib.util.find_spec("unsloth") is None,
                                 reason="needs the gpu extra (unsloth, vllm): run `make drift`")

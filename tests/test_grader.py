@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from course_utils import assignments, grader
+from course_tools import assignments, grader
 
 # function -> [(mistake, the check it must fail, [(reference text, mutated text), ...])]
 MUTANTS = {
@@ -239,7 +239,7 @@ import json, torch
 from dataclasses import replace
 import course_utils
 from course_utils import data, modeling, ppo, recipes
-from course_utils.profile import get_profile
+from course_utils.run_config import get_profile
 tokenizer = modeling.train_tokenizer()
 from transformers import AutoModelForSequenceClassification
 policy, ref = (modeling.build_model(tokenizer, seed=0) for _ in range(2))
@@ -275,7 +275,7 @@ def test_grading_in_student_mode_still_compares_with_the_packages_functions(tmp_
     path = tmp_path / "a4_distillation" / "student.py"
     path.write_text(path.read_text().replace("return temperature ** 2 * masked_mean(", "return masked_mean("))
     env = {**os.environ, "COURSE_IMPL": "student", "COURSE_ASSIGNMENTS": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-m", "course_utils.grader", "A4"], env=env, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "course_tools.grader", "A4"], env=env, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 1 and "the temperature and its T^2" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
 

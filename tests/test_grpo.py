@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from course_utils import grpo, losses, rewards
+from course_utils import evaluation, grpo, losses, rewards
 
 DTYPES = [torch.float32, torch.float64]
 
@@ -120,7 +120,7 @@ def length_reward(completions, **kwargs):
 def tiny_grpo(tokenizer, tmp_path_factory):
     from course_utils.data import load_jsonl
     from course_utils.modeling import build_model
-    from course_utils.profile import get_profile
+    from course_utils.run_config import get_profile
     from course_utils.recipes import GRPORecipe
     from course_utils.training import grpo_trainer
 
@@ -138,8 +138,8 @@ def test_trl_grpo_parity_on_learned_positions_and_dropout(tmp_path):
     """GPT-2 (learned positions, dropout 0.1): our log-probs number positions as TRL's GRPO does, dropout is off."""
     from course_utils.adapt import adapt
     from course_utils.data import load_jsonl
-    from course_utils.matrix import family_model
-    from course_utils.profile import get_profile
+    from course_utils.modeling import family_model
+    from course_utils.run_config import get_profile
     from course_utils.recipes import GRPORecipe
     from course_utils.training import grpo_trainer
     model, tokenizer = family_model("gpt2")
@@ -294,12 +294,12 @@ def test_top_scored_wrong_ranks_only_wrong_answers_best_first():
     samples = [{"completion": c, "correct": ok} for c, ok in
                (("a", False), ("b", True), ("c", False), ("d", False), ("e", True), ("f", False))]
     scores = torch.tensor([0.5, 9.0, 2.0, -1.0, 8.0, 2.0])
-    top = grpo.top_scored_wrong(samples, scores, k=3)
+    top = evaluation.top_scored_wrong(samples, scores, k=3)
     assert [s["completion"] for _, s in top] == ["c", "f", "a"]      # the right answers (9, 8) never; ties in order
     assert [score for score, _ in top] == [2.0, 2.0, 0.5] and all(isinstance(x, float) for x, _ in top)
-    assert len(grpo.top_scored_wrong(samples, scores, k=10)) == 4
+    assert len(evaluation.top_scored_wrong(samples, scores, k=10)) == 4
     with pytest.raises(ValueError, match="6 samples but 5 scores"):
-        grpo.top_scored_wrong(samples, scores[:5])
+        evaluation.top_scored_wrong(samples, scores[:5])
 
 
 

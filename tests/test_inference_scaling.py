@@ -8,7 +8,7 @@ from transformers import AutoModelForTokenClassification
 
 from course_utils import data, evaluation, inference_scaling as scaling
 from course_utils.modeling import build_model
-from course_utils.profile import get_profile
+from course_utils.run_config import get_profile
 
 
 # --------------------------------------------------------------------------- picking one answer

@@ -100,7 +100,7 @@ def test_mask_positions_count_attended_tokens():
 def test_completion_logps_positions_on_learned_positions():
     """GPT-2 has learned absolute positions: a left-padded row matches the row alone only with positions="mask"."""
     from course_utils.losses import completion_logps
-    from course_utils.matrix import family_model
+    from course_utils.modeling import family_model
     model, _ = family_model("gpt2")
     model.eval()   # its dropout is 0.1
     ids = torch.tensor([[0, 0, 50, 51, 52, 53]])

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from course_utils import experiment, matrix, recipes
-from course_utils.profile import get_profile, resolve_scale
+from course_utils import experiment, modeling, recipes
+from course_tools import matrix
+from course_utils.run_config import get_profile, resolve_scale
 
 # 08: SFT, GRPOTrainer with a LoRA and rejection sampling on a Llama; 03: a GPT-2 sequence classifier that finds the
 # last non-pad token from pad_token_id (the matrix found 03 scoring a pad there, from a left-padding reload)
@@ -44,15 +45,15 @@ def test_an_unknown_scale_is_an_error(monkeypatch):
         resolve_scale()
 
 
-@pytest.mark.parametrize("family", matrix.FAMILIES)
+@pytest.mark.parametrize("family", modeling.FAMILIES)
 def test_the_family_models_lack_what_the_adapter_adds(family, tmp_path):
-    model, tokenizer = matrix.family_model(family)
+    model, tokenizer = modeling.family_model(family)
     assert tokenizer.pad_token is None and tokenizer.chat_template is None
     assert len(tokenizer("<think>", add_special_tokens=False)["input_ids"]) > 1
     assert type(model).__name__ == {"llama": "LlamaForCausalLM", "gpt2": "GPT2LMHeadModel"}[family]
-    folder = matrix.save_family_model(family, tmp_path / family)
+    folder = modeling.save_family_model(family, tmp_path / family)
     stamp = (folder / "model.safetensors").stat().st_mtime_ns
-    assert matrix.save_family_model(family, folder) == folder                    # built once
+    assert modeling.save_family_model(family, folder) == folder                    # built once
     assert (folder / "model.safetensors").stat().st_mtime_ns == stamp
 
 

@@ -75,7 +75,7 @@ def test_non_safetensors_checkpoint_is_refused(tmp_path):
 
 def test_disable_dropout_makes_training_mode_deterministic():
     import torch
-    from course_utils.matrix import family_model
+    from course_utils.modeling import family_model
     from course_utils.modeling import disable_dropout
     model, _ = family_model("gpt2")   # dropout 0.1 in its config
     model.train()

@@ -1,12 +1,9 @@
-"""What the notebooks' code may hold (issue 26): the lesson, not the plumbing around it.
+"""What the notebooks' code may hold: the lesson, not the plumbing around it.
 
-* bookkeeping (printing, tables, timers, recording, log digging, assert decisions; counted by
-  ``scripts/count_bookkeeping.py``) at most half of what it was before the experiment layer;
 * no function that measures a model defined in a notebook (they live in ``course_utils``, documented and tested);
 * no interpretation assembled from ``if``/``else`` branches of printed text: prose is Markdown.
 """
 import ast
-import importlib.util
 import json
 from pathlib import Path
 
@@ -14,19 +11,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-# scripts/count_bookkeeping.py at commit 9512395, before the experiment layer: 1,447 bookkeeping lines
-BOOKKEEPING_BEFORE = 1447
 # calls that measure a model: a notebook calls them, it does not wrap them in its own helper
 MEASURING = {"evaluate", "evaluate_arithmetic", "pass_at_k", "kl_to_reference", "greedy_accuracy", "score_texts",
              "evaluate_tool_use", "batch_logps", "logp_by_source"}
 PRINTING = {"print", "display", "Markdown", "show_markdown"}
-
-
-def _counter():
-    spec = importlib.util.spec_from_file_location("count_bookkeeping", ROOT / "scripts" / "count_bookkeeping.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _code(path: Path) -> list[tuple[int, ast.Module]]:
@@ -42,12 +30,6 @@ def _code(path: Path) -> list[tuple[int, ast.Module]]:
 def _calls(node: ast.AST) -> set[str]:
     return {(n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", ""))
             for n in ast.walk(node) if isinstance(n, ast.Call)}
-
-
-def test_bookkeeping_is_at_most_half_of_what_it_was():
-    rows = [_counter().count_notebook(p) for p in NOTEBOOKS]
-    total = sum(r["bookkeeping"] for r in rows)
-    assert total <= BOOKKEEPING_BEFORE / 2, {r["notebook"]: r["bookkeeping"] for r in rows}
 
 
 def measuring_helpers(tree: ast.AST) -> list[str]:

@@ -257,7 +257,7 @@ def test_policy_and_value_on_learned_positions_match_sampling_and_trl_get_reward
     from transformers import AutoModelForSequenceClassification
 
     from course_utils.adapt import adapt
-    from course_utils.matrix import family_model
+    from course_utils.modeling import family_model
     from course_utils.modeling import disable_dropout
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from trl.experimental.utils import get_reward

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from course_utils.profile import DEFAULT_SEED, get_profile, resolve_seed
+from course_utils.run_config import DEFAULT_SEED, get_profile, resolve_seed
 
 
 def test_auto_resolves_to_cpu_without_cuda():

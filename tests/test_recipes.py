@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from course_utils import recipes
-from course_utils.profile import Profile, get_profile
+from course_utils.run_config import Profile, get_profile
 
 GPU = Profile(name="gpu", model_id="Qwen/Qwen3-0.6B", seed=1, device="cuda", dtype=torch.bfloat16)
 

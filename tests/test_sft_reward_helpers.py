@@ -4,7 +4,7 @@ import torch
 from transformers import AutoModelForSequenceClassification
 
 from course_utils import data, evaluation, modeling, recipes, training
-from course_utils.profile import get_profile
+from course_utils.run_config import get_profile
 from course_utils.rewards import is_correct, is_well_formatted
 
 

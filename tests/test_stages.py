@@ -7,7 +7,7 @@ import torch
 
 from course_utils import recipes, stages
 from course_utils.course import NOTEBOOKS
-from course_utils.profile import Profile, get_profile
+from course_utils.run_config import Profile, get_profile
 
 # Profiles built directly: no GPU is needed to check where a GPU run would look.
 GPU_06B = Profile(name="gpu", model_id="Qwen/Qwen3-0.6B", seed=1234, device="cuda", dtype=torch.bfloat16)

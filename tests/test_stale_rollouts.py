@@ -16,7 +16,7 @@ def length_reward(completions, **kwargs):
 def make_trainer(tokenizer, tmp_path_factory):
     from course_utils.data import load_jsonl
     from course_utils.modeling import build_model
-    from course_utils.profile import get_profile
+    from course_utils.run_config import get_profile
     from course_utils.recipes import GRPORecipe
 
     def make(lag, correct=False, mode="sequence_mask", clip_min=None, clip_max=3.0, plain=False, **changes):

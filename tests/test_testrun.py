@@ -1,10 +1,10 @@
-"""make test's plan (course_utils.testrun): every notebook once, and each after what it reads."""
+"""make test's plan (course_tools.testrun): every notebook once, and each after what it reads."""
 import json
 import re
 
 import pytest
 
-from course_utils import testrun
+from course_tools import testrun
 from course_utils.paths import notebook_files, repo_root
 from course_utils.stages import STAGES
 
@@ -60,14 +60,14 @@ def test_a_plan_naming_a_missing_notebook_is_refused(tmp_path):
 
 
 def test_the_makefile_runs_the_driver():
-    assert "-m course_utils.testrun" in (repo_root() / "Makefile").read_text(encoding="utf-8")
+    assert "-m course_tools.testrun" in (repo_root() / "Makefile").read_text(encoding="utf-8")
 
 
 def _fake_runner(monkeypatch, tmp_path):
-    """course_utils.runner with each notebook's run replaced by a record of (name, threads, start, end)."""
+    """course_tools.runner with each notebook's run replaced by a record of (name, threads, start, end)."""
     import time
 
-    from course_utils import runner
+    from course_tools import runner
     calls = []
 
     def run_one(nb, out_dir, timeout, env, say):
@@ -78,7 +78,7 @@ def _fake_runner(monkeypatch, tmp_path):
 
     monkeypatch.setattr(runner, "_run_one", run_one)
     monkeypatch.setattr(runner, "load_results", lambda: [])
-    monkeypatch.setattr("course_utils.bench.matmul_gflops", lambda: 70.0)
+    monkeypatch.setattr("course_tools.bench.matmul_gflops", lambda: 70.0)
     return runner, calls
 
 

@@ -3,12 +3,12 @@
 The course's path for a model you bring (``COURSE_MODEL``, :mod:`course_utils.adapt`) is exercised by the model
 matrix on random models, which learn nothing. A full-scale run needs a *base model*: one that has read text, as a
 hub checkpoint has, but that nothing here may download. This module makes one: a Llama- (or GPT-2-) style model
-of the course model's shape (:func:`course_utils.matrix.family_model` with ``size="course"``: 4 layers, width 96,
+of the course model's shape (:func:`course_utils.modeling.family_model` with ``size="course"``: 4 layers, width 96,
 a byte-level BPE of its own of up to 640 tokens, 591 from the corpus, digits split, ``<s>``/``</s>``), pretrained
 on the course corpus with 01's recipe and trainer, and saved as a hub-style folder **without** a pad token or a
 chat template, as base models ship::
 
-    python -m course_utils.base_model llama --out artifacts/own/llama
+    python -m course_tools.base_model llama --out artifacts/own/llama
     COURSE_MODEL=artifacts/own/llama make course
 
 It is another family, tokenizer and initialisation than the course's Qwen3; it read the same corpus, so its base
@@ -23,7 +23,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from .matrix import FAMILIES, family_model
+from course_utils.modeling import FAMILIES, family_model
 
 
 def pretrain_family_model(family: str, folder: str | Path, seed: int = 1234, steps: int | None = None) -> Path:
@@ -32,9 +32,9 @@ def pretrain_family_model(family: str, folder: str | Path, seed: int = 1234, ste
     ``steps`` overrides the recipe's (a test's short run). Built once: a folder whose ``base_model.json`` records
     the same family, seed and recipe is returned as it is. Saved with neither pad token nor chat template.
     """
-    from .profile import get_profile, seed_everything
-    from .recipes import recipe_for
-    from .training import pretrain_trainer
+    from course_utils.run_config import get_profile, seed_everything
+    from course_utils.recipes import recipe_for
+    from course_utils.training import pretrain_trainer
 
     folder = Path(folder)
     profile = get_profile("cpu-tiny", seed=seed)

@@ -14,7 +14,7 @@ same two one after the other at two threads. The plan:
 3. **Phase 3**: :data:`LAST_TESTS`, the tests that read what the notebooks left (the book test builds a small book
    from two executed copies and reads it in a headless browser): they execute no notebook themselves.
 
-Every notebook still runs in full, with its check cell. ``make course`` (:mod:`course_utils.runner`)
+Every notebook still runs in full, with its check cell. ``make course`` (:mod:`course_tools.runner`)
 runs the same plan, so both give the same numbers; one thread rounds differently from two (the
 environment record of each results file names the count), so a notebook run alone at two threads
 can differ a little, and a check that holds on every seed holds either way. ``COURSE_TEST_STREAMS=1``
@@ -34,8 +34,8 @@ import sys
 import time
 from pathlib import Path
 
-from .paths import notebook_files, repo_root
-from .progress import TEXT_PROGRESS_ENV
+from course_utils.paths import notebook_files, repo_root
+from course_utils.progress import TEXT_PROGRESS_ENV
 
 PHASE_1 = ("01", "02", "03")
 """notebooks run first, serially: they make the stages the others load"""
@@ -47,7 +47,7 @@ dependency on the others) ends it to balance the streams: in the CI of 12's land
 05-08 took 1,178 s and stream B 1,654 s with 12 in it (12: 378 s)."""
 
 COURSE_STREAM_A = ("05", "07", "08", "11")
-"""``make course``'s stream A (:mod:`course_utils.runner`). Its stream B has no unit tests (about 190 s of ``make
+"""``make course``'s stream A (:mod:`course_tools.runner`). Its stream B has no unit tests (about 190 s of ``make
 test``'s), so 12 moves there and the short 11 takes its place: in the CI of d726016 on a 2-core AVX-512 AMD EPYC
 (seconds at one thread, side by side) 05 07 08 12 took 1,524 s against 1,109 for the other notebooks; 05 07 08 11
 take 1,288 against 1,346, about 180 s less wall time for the course. Either plan runs every notebook of phase 2 at
@@ -179,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== phase 3 ended with exit code {codes['last']} after {ended['last']:.0f} s", flush=True)
 
     from .bench import matmul_gflops
-    from .results import budget_report, load_results
+    from course_utils.results import load_results
+    from .reports import budget_report
     print("== notebook budgets (a report, not a test). Phase 2's notebooks ran two at a time at one thread "
           "each: their seconds are wall time while sharing the machine, not a notebook's own.", flush=True)
     seconds = _seconds(list(record.values()))

@@ -12,7 +12,7 @@ Jupyter Book 1 is built on (README, "The book", says why this one):
    ``build/book/``, a site that works opened from disk and served by ``python -m http.server``: MathJax is a local
    copy (``sphinx-mathjax-offline``), so nothing is fetched from the network.
 
-``python -m course_utils.book [--from build/notebooks] [--out build/book] [--notebooks 00 04]``.
+``python -m course_tools.book [--from build/notebooks] [--out build/book] [--notebooks 00 04]``.
 """
 from __future__ import annotations
 
@@ -27,9 +27,9 @@ import sys
 import time
 from pathlib import Path
 
-from .course import (COURSE_REPO_ENV, NOTEBOOKS, NotebookInfo, course_repo, glossary_table, hosted_url, install_cell,
+from course_utils.course import (COURSE_REPO_ENV, NOTEBOOKS, NotebookInfo, course_repo, glossary_table, hosted_url, install_cell,
                      install_extra, needs_gpu, notebook_table)
-from .paths import repo_root
+from course_utils.paths import repo_root
 
 BOOK_FILES = "book"
 """the committed part of the book's source, relative to the repository root"""
@@ -148,7 +148,7 @@ def run_box(nb: NotebookInfo, repo: str | None = None) -> str:
     return "\n".join([
         ":::{admonition} Run it yourself", ":class: tip",
         f"- **Locally:** `git clone` the course, then `make course` runs every chapter headless, or "
-        f"`python -m course_utils.runner notebooks/{nb.filename}` this one.",
+        f"`python -m course_tools.runner notebooks/{nb.filename}` this one.",
         f"- **JupyterLab:** `make lab` and open `notebooks/{nb.filename}`.",
         f"- **Hosted:** {hosted}. Runtime: {hosted_runtime(nb)}.",
         f"- What you see below is one run's output (the front page says where it ran); your figures will differ a "
@@ -237,7 +237,7 @@ def draw_pipeline_figure(path: Path | None = None) -> Path:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from .plotting import plot_pipeline
+    from course_utils.plotting import plot_pipeline
 
     path = path or repo_root() / PIPELINE_FIGURE
     fig, _ = plot_pipeline()
@@ -268,12 +268,18 @@ def build(executed_dir: Path, out_dir: Path, numbers: list[str] | None = None,
 
 
 INSTALL_CELL_ID = "install-course"
+INSTALL_CELL_METADATA = {"jupyter": {"source_hidden": True}, "tags": ["remove-cell"]}
+"""the install cell is collapsed in JupyterLab and left out of the book: the first code a learner reads is the lesson's"""
 _INSTALL_CELL_STARTS = ("# Opened on a hosted notebook service", "# A fresh hosted GPU notebook")
 
 
+def _has_install_metadata(cell) -> bool:
+    return all(cell.get("metadata", {}).get(key) == value for key, value in INSTALL_CELL_METADATA.items())
+
+
 def sync_install_cells(root: Path | None = None) -> list[str]:
-    """Make every notebook's first code cell :func:`course.install_cell` (inserted after the title cell where it is
-    missing, rewritten where it differs); return the notebooks changed."""
+    """Make every notebook's first code cell :func:`course.install_cell` with :data:`INSTALL_CELL_METADATA` (inserted
+    after the title cell where it is missing, rewritten where it differs); return the notebooks changed."""
     import nbformat
     changed = []
     for nb_info in NOTEBOOKS:
@@ -284,11 +290,12 @@ def sync_install_cells(root: Path | None = None) -> list[str]:
         source = install_cell(install_extra(nb_info.number))
         code = [c for c in nb.cells if c.cell_type == "code"]
         if code and code[0].source.startswith(_INSTALL_CELL_STARTS):
-            if code[0].source == source:
+            if code[0].source == source and _has_install_metadata(code[0]):
                 continue
             code[0].source = source
+            code[0].metadata.update(INSTALL_CELL_METADATA)
         else:
-            cell = nbformat.v4.new_code_cell(source)
+            cell = nbformat.v4.new_code_cell(source, metadata=dict(INSTALL_CELL_METADATA))
             cell.id = INSTALL_CELL_ID
             nb.cells.insert(1, cell)
         nbformat.write(nb, path)

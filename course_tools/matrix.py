@@ -16,7 +16,7 @@ own artifacts folder. A notebook passes when it executes, records its results fo
 ``NOT CHECKED`` where the course's thresholds would assert (04 loads no language model: its checks assert). The models are random: nothing they measure
 is a result, only that every branch of the hub path runs.
 
-``python -m course_utils.matrix`` (what ``make matrix`` calls) runs all of it and writes
+``python -m course_tools.matrix`` (what ``make matrix`` calls) runs all of it and writes
 ``build/MATRIX.md``; ``make test`` runs the part ``tests/test_matrix.py`` picks.
 """
 from __future__ import annotations
@@ -32,84 +32,11 @@ from pathlib import Path
 
 import torch
 
-from .paths import artifacts_root, notebook_files, repo_root
+from course_utils.modeling import FAMILIES, save_family_model
+from course_utils.paths import artifacts_root, notebook_files, repo_root
 
-FAMILIES = ("llama", "gpt2")
 MATRIX_NOTEBOOKS = ("02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12")
 MODEL_FREE = ("04",)   # its bandits and grid worlds load no language model: its checks assert on any model
-POSITIONS = 512   # longer than any course chat (SFT truncates at 256 tokens): GPT-2's positions are learned
-SIZES = {   # family_model's shapes: the matrix's (built in a second) and the course model's (to pretrain)
-    "matrix": dict(vocab=400, hidden=32, mlp=64, layers=1, heads=2, kv_heads=1),
-    "course": dict(vocab=640, hidden=96, mlp=256, layers=4, heads=4, kv_heads=2),
-}
-
-
-def byte_bpe(special: list[str], vocab_size: int = 400, texts: list[str] | None = None, split_digits: bool = False):
-    """A byte-level BPE trained on ``texts`` (default: 500 train chats) with the tags' angle brackets removed, so it
-    has never seen the course's tags as tokens (as a real model's tokenizer has not). ``split_digits`` makes every
-    digit a token of its own, as Llama's and SmolLM's tokenizers do."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from .data import load_jsonl
-
-    if texts is None:
-        texts = [r["question"] + " " + r["completion"] for r in load_jsonl("arithmetic", "train")[:500]]
-    texts = [t.replace("<", " ").replace(">", " ") for t in texts]
-    tok = Tokenizer(models.BPE())
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
-                         if split_digits else byte_level)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special,
-                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    return tok
-
-
-def family_model(family: str, seed: int = 0, size: str = "matrix"):
-    """A random model of ``family`` (see the module docstring) and its tokenizer, built in about a second.
-
-    ``size="matrix"``: the matrix's (one layer, width 32, a 400-token BPE). ``size="course"``: the course's own
-    model's shape (4 layers, width 96, 4 heads, 2 KV heads) with a BPE of up to 640 tokens learned from the corpus
-    and the train chats, digits one token each: what :mod:`course_utils.base_model` pretrains.
-    """
-    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    if size not in SIZES:
-        raise ValueError(f"unknown size {size!r}; choose one of {tuple(SIZES)}")
-    dims = SIZES[size]
-    texts = None
-    if size == "course":
-        from .modeling import tokenizer_training_texts
-        texts = tokenizer_training_texts()
-    bpe = dict(vocab_size=dims["vocab"], texts=texts, split_digits=size == "course")
-    if family == "llama":
-        tokenizer = PreTrainedTokenizerFast(tokenizer_object=byte_bpe(["<s>", "</s>"], **bpe), bos_token="<s>",
-                                            eos_token="</s>")
-        config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=dims["hidden"], intermediate_size=dims["mlp"],
-                             num_hidden_layers=dims["layers"], num_attention_heads=dims["heads"],
-                             num_key_value_heads=dims["kv_heads"], max_position_embeddings=POSITIONS,
-                             bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
-        cls = LlamaForCausalLM
-    elif family == "gpt2":
-        tokenizer = PreTrainedTokenizerFast(tokenizer_object=byte_bpe(["<|endoftext|>"], **bpe),
-                                            bos_token="<|endoftext|>", eos_token="<|endoftext|>")
-        config = GPT2Config(vocab_size=len(tokenizer), n_embd=dims["hidden"], n_layer=dims["layers"],
-                            n_head=dims["heads"], n_positions=POSITIONS,   # GPT-2's MLP: 4 x width
-                            bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
-        cls = GPT2LMHeadModel
-    else:
-        raise ValueError(f"unknown family {family!r}; choose one of {FAMILIES}")
-    torch.manual_seed(seed)
-    return cls(config), tokenizer
-
-
-def save_family_model(family: str, folder: Path) -> Path:
-    """``family_model(family)`` saved to ``folder`` as a hub-style local folder (safetensors), once."""
-    folder = Path(folder)
-    if not (folder / "model.safetensors").is_file():
-        model, tokenizer = family_model(family)
-        model.save_pretrained(folder, safe_serialization=True)
-        tokenizer.save_pretrained(folder)
-    return folder
 
 
 @dataclass(frozen=True)
@@ -149,7 +76,7 @@ def run_cell(family: str, number: str, root: Path, timeout: int = 900) -> Cell:
     env = dict(os.environ, COURSE_MODEL=str(model_dir), COURSE_SCALE="smoke", COURSE_ARTIFACTS=str(artifacts),
                HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     t0 = time.time()
-    proc = subprocess.run([sys.executable, "-m", "course_utils.runner", "--one", str(notebook), "--out", str(out),
+    proc = subprocess.run([sys.executable, "-m", "course_tools.runner", "--one", str(notebook), "--out", str(out),
                            "--timeout", str(timeout)], env=env, capture_output=True, text=True)
     seconds = time.time() - t0
     if proc.returncode != 0:
@@ -195,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             if not cell.ok:
                 print(cell.why, flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    from .environment import environment_record
+    from course_utils.environment import environment_record
     env = environment_record()
     args.out.write_text("# The model matrix (smoke scale)\n\nMade by `make matrix` on "
                         f"{env['cpu']} ({env['cpu_capability']}, {env['torch_threads']} threads), commit {env['commit']}.\n\n" + matrix_markdown(cells),

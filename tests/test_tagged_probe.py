@@ -1,9 +1,9 @@
-"""Tests of course_utils.pretraining: notebook 01's tagged-prompt probe."""
+"""Tests of course_utils.probes' tagged-prompt probe (notebook 01)."""
 from types import SimpleNamespace
 
 import pytest
 
-from course_utils import pretraining
+from course_utils import probes
 
 
 @pytest.mark.parametrize("continuation, expected", [
@@ -13,7 +13,7 @@ from course_utils import pretraining
     ("</answer>", "<think></answer>"),
 ])
 def test_cut_at_answer(continuation, expected):
-    assert pretraining.cut_at_answer(continuation) == expected
+    assert probes.cut_at_answer(continuation) == expected
 
 
 def test_the_probe_scores_format_and_answer_per_sample_in_problem_order(monkeypatch):
@@ -28,8 +28,8 @@ def test_the_probe_scores_format_and_answer_per_sample_in_problem_order(monkeypa
         seen.update(prompts=prompts, num_samples=num_samples, temperature=temperature, budget=max_new_tokens)
         return SimpleNamespace(texts=continuations)
 
-    monkeypatch.setattr(pretraining.generation, "sample_completions", fake_sample)
-    probe = pretraining.tagged_prompt_probe(None, None, problems, num_samples=2, temperature=1.0, max_new_tokens=48)
+    monkeypatch.setattr(probes.generation, "sample_completions", fake_sample)
+    probe = probes.tagged_prompt_probe(None, None, problems, num_samples=2, temperature=1.0, max_new_tokens=48)
     assert seen == {"prompts": ["What is 1 plus 2? <think>", "What is 2 plus 2? <think>"], "num_samples": 2,
                     "temperature": 1.0, "budget": 48}
     assert probe.n == 4 and probe.format_rate == 0.5 and probe.accuracy == 0.5

@@ -1,5 +1,9 @@
-"""Numerical checks of from-scratch code against a library implementation."""
+"""What a notebook cell shows: a from-scratch result compared with the library's (:func:`compare`), a function's
+source (:func:`show_source`), Markdown (:func:`show_markdown`) and a table from columns (:func:`markdown_table`)."""
 from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -56,3 +60,33 @@ def show_markdown(text: str, plain: str | None = None) -> None:
         print(text if plain is None else plain)
     else:
         display(Markdown(text))
+
+
+def _markdown_cell(value) -> str:
+    if hasattr(value, "item") and not isinstance(value, str):   # a one-element tensor or a numpy scalar
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value).replace("|", "\\|").replace("<", "&lt;").replace("\n", " ")
+    if isinstance(value, float) and math.isnan(value):
+        return "–"
+    return f"{value:.3g}"
+
+
+def markdown_table(columns: Mapping[str, Sequence], index: Sequence | None = None, index_header: str = "") -> str:
+    """A Markdown table from ``{header: values}``, the columns of equal length, one row per position (for tables
+    that are not runs; :meth:`Runs.table` tabulates runs).
+
+    ``index`` (optional) is a first column headed ``index_header``. Numbers (tensors' items too) print with three
+    significant digits; anything else as text, with ``|`` escaped and ``<`` written ``&lt;``, so a completion's
+    ``<think>`` tags show instead of being read as HTML.
+    """
+    columns = {header: list(values) for header, values in columns.items()}
+    if index is not None:
+        columns = {index_header: list(index), **columns}
+    lengths = {len(values) for values in columns.values()}
+    if len(lengths) != 1:
+        raise ValueError(f"columns of different lengths: { {h: len(v) for h, v in columns.items()} }")
+    lines = ["| " + " | ".join(_markdown_cell(h) for h in columns) + " |", "|" + "---|" * len(columns)]
+    for row in zip(*columns.values()):
+        lines.append("| " + " | ".join(_markdown_cell(v) for v in row) + " |")
+    return "\n".join(lines)

@@ -1,7 +1,7 @@
 """Execute the whole course headless and write ``build/``.
 
-``python -m course_utils.runner`` (what ``make course`` calls) runs every notebook
-of ``notebooks/``, each in a fresh kernel, in the plan of ``make test`` (:mod:`course_utils.testrun`):
+``python -m course_tools.runner`` (what ``make course`` calls) runs every notebook
+of ``notebooks/``, each in a fresh kernel, in the plan of ``make test`` (:mod:`course_tools.testrun`):
 01-03 in turn at the profile's threads, then two streams side by side at one torch thread each
 (05, 07, 08, 11 in one, the rest in the other: ``testrun.COURSE_STREAM_A``), which on 2 cores finishes
 sooner than all in turn.
@@ -11,7 +11,7 @@ a GPU unless told otherwise (two hub models would share its memory). It writes:
 
 * ``build/notebooks/NN_name.ipynb`` and ``build/html/NN_name.html`` — executed copies;
 * ``build/RESULTS.md`` — every notebook's before/after metrics, wall seconds and peak RAM,
-  and the budget report (``results.budget_report``: seconds against each notebook's budget,
+  and the budget report (``reports.budget_report``: seconds against each notebook's budget,
   scaled by this machine's matmul rate, with the longest timed blocks of each notebook over its budget;
   printed too, never a failure).
 
@@ -32,9 +32,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .paths import notebook_files, repo_root
-from .progress import TEXT_PROGRESS_ENV
-from .results import budget_report, load_results, results_dir, results_markdown
+from course_utils.paths import notebook_files, repo_root
+from course_utils.progress import TEXT_PROGRESS_ENV
+from course_utils.results import load_results, results_dir
+from .reports import budget_report, results_markdown
 from .testrun import COURSE_STREAM_A, default_streams, one_thread_env, split
 
 
@@ -67,7 +68,7 @@ def _run_one(nb: Path, out_dir: Path, timeout: int, env: dict | None, say) -> di
 
     The runner's measurements are added to the notebook's results file."""
     t0 = time.time()
-    proc = subprocess.run([sys.executable, "-m", "course_utils.runner", "--one", str(nb),
+    proc = subprocess.run([sys.executable, "-m", "course_tools.runner", "--one", str(nb),
                            "--out", str(out_dir), "--timeout", str(timeout)],
                           capture_output=True, text=True, env=env)
     seconds = time.time() - t0
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(root / "build"))
     parser.add_argument("--timeout", type=int, default=1200, help="seconds per cell")
     parser.add_argument("--streams", type=int, choices=(1, 2), default=None,
-                        help="2: 01-03 first, then two notebooks at a time at one thread each (course_utils.testrun's "
+                        help="2: 01-03 first, then two notebooks at a time at one thread each (course_tools.testrun's "
                              "plan); 1: every notebook in turn. Default: env COURSE_STREAMS, else 2 without a GPU "
                              "and 1 with one")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one notebook in this process

@@ -1,6 +1,6 @@
 """Where the course's time goes: each phase of the engine timed against this machine's own roofline.
 
-``make bench`` (``python -m course_utils.bench``) builds the tiny Qwen3 from its config
+``make bench`` (``python -m course_tools.bench``) builds the tiny Qwen3 from its config
 (random weights, so nothing to download or train and the same work on every machine)
 and times, at 1 and 2 threads:
 
@@ -17,7 +17,7 @@ Each figure is printed beside what the FLOPs allow at the matmul rate of the sam
 count (``2·N`` FLOPs per token and parameter for a forward pass, ``6·N`` with the backward,
 plus attention) and their ratio: near 1 a phase is compute-bound, far above 1 it is
 overhead-bound. The JSON written with ``--out`` (``make bench`` writes ``build/bench.json``)
-also feeds the budget report (:func:`course_utils.results.budget_report`).
+also feeds the budget report (:func:`course_tools.reports.budget_report`).
 """
 from __future__ import annotations
 
@@ -72,14 +72,14 @@ def forward_flops(config, tokens: int, context: float) -> float:
 
 
 def _tiny(seed: int = 0):
-    from .modeling import build_model, train_tokenizer
+    from course_utils.modeling import build_model, train_tokenizer
     tokenizer = train_tokenizer()
     return build_model(tokenizer, seed=seed).eval(), tokenizer
 
 
 def _prompts(tokenizer, n: int) -> list[str]:
-    from .chat import chat_prompt
-    from .evaluation import heldout_problems
+    from course_utils.chat import chat_prompt
+    from course_utils.evaluation import heldout_problems
     return [chat_prompt(tokenizer, p["question"]) for p in heldout_problems("test", 300)[:n]]
 
 
@@ -108,8 +108,8 @@ def train_phases(model) -> dict[str, tuple[Callable[[], None], float]]:
     """``{name: (one training step, its FLOPs)}`` for each loss the course trains with."""
     from transformers import AutoModelForSequenceClassification
 
-    from . import losses
-    from .ppo import PolicyAndValue
+    from course_utils import losses
+    from course_utils.ppo import PolicyAndValue
 
     cfg = model.config
     ids, mask, comp = _random_batch(model, BATCH)
@@ -165,10 +165,10 @@ def train_phases(model) -> dict[str, tuple[Callable[[], None], float]]:
 
 def run_bench(threads: int, repeats: int = 3) -> list[dict]:
     """Every phase at ``threads`` threads: seconds, FLOPs, roofline seconds and their ratio."""
-    from . import engine
-    from .evaluation import evaluate_arithmetic
-    from .generation import eval_mode, sample_completions
-    from .losses import completion_logps
+    from course_utils import engine
+    from course_utils.evaluation import evaluate_arithmetic
+    from course_utils.generation import eval_mode, sample_completions
+    from course_utils.losses import completion_logps
 
     torch.set_num_threads(threads)
     gflops = matmul_gflops()

@@ -1,13 +1,13 @@
 """Run the course once per seed and tabulate every recorded metric across the seeds.
 
-``make seeds SEEDS="1234 7 3"`` (``python -m course_utils.seeds 1234 7 3``) runs the whole
-course (``course_utils.runner``) once per seed, each in its own artifacts folder
+``make seeds SEEDS="1234 7 3"`` (``python -m course_tools.seeds 1234 7 3``) runs the whole
+course (``course_tools.runner``) once per seed, each in its own artifacts folder
 (``artifacts/seeds/s<seed>/``: stages of one seed never meet another's) and build folder
 (``build/seeds/s<seed>/``), then writes ``build/SEEDS.md``: for every notebook and metric, the
 before and after values at each seed, with their min–max, and the environment they were
 measured in. The README's results table and the notebooks' measured ranges come from it.
 
-``python -m course_utils.seeds --report-only 1234 7`` re-tabulates finished runs.
+``python -m course_tools.seeds --report-only 1234 7`` re-tabulates finished runs.
 """
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ import sys
 import time
 from pathlib import Path
 
-from .environment import environment_markdown
-from .paths import repo_root
-from .results import before_after, load_results, record_value
+from course_utils.environment import environment_markdown
+from course_utils.paths import repo_root
+from course_utils.results import before_after, load_results, record_value
 
 
 def seed_folders(seed: int, artifacts: Path, build: Path) -> tuple[Path, Path]:
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"=== seed {seed}: artifacts {art}, build {out}", flush=True)
             env = dict(os.environ, COURSE_SEED=str(seed), COURSE_ARTIFACTS=str(art))
             t0 = time.time()
-            rc = subprocess.run([sys.executable, "-m", "course_utils.runner", *args.notebooks, "--out", str(out)],
+            rc = subprocess.run([sys.executable, "-m", "course_tools.runner", *args.notebooks, "--out", str(out)],
                                 env=env).returncode
             seconds[seed] = time.time() - t0
             if rc:

@@ -1,9 +1,9 @@
 """Assignments for a class: the course's own losses as function stubs, a student mode that trains with them.
 
-``python -m course_utils.assignments`` (``make assignments``) writes one folder per assignment under
+``python -m course_tools.assignments`` (``make assignments``) writes one folder per assignment under
 ``assignments/`` (outside the package): a ``student.py`` holding, for each graded function, its signature and
 docstring (the formula) and a body that raises ``NotImplementedError`` naming the notebook section that teaches it,
-and a ``README.md`` saying what to read, write and run. :mod:`course_utils.grader` grades a ``student.py``.
+and a ``README.md`` saying what to read, write and run. :mod:`course_tools.grader` grades a ``student.py``.
 
 **Student mode.** With ``COURSE_IMPL=student`` the package swaps in the student's functions at import, wherever the
 course calls them (every module's reference to the reference function is replaced), so the student's ``gae``
@@ -23,7 +23,7 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from .paths import repo_root
+from course_utils.paths import repo_root
 
 STUB_MARK = "TODO(student)"   # in every generated body; a function still holding it is not installed
 

@@ -1,11 +1,11 @@
-"""Grading a student's functions (:mod:`course_utils.assignments`): named checks, a hint for each failure.
+"""Grading a student's functions (:mod:`course_tools.assignments`): named checks, a hint for each failure.
 
 Each graded function has a list of checks. A check is a property with a name a student can act on ("masked
 labels are left out of the mean", "a group of equal rewards gets advantage 0", "the teacher gets no gradient"):
 values against the package's reference on random tensors of several shapes and dtypes, edge cases, gradients, and
 for the training losses a **training smoke** — a few dozen optimizer steps of a toy problem (a bandit, a table of
 logits) with the student's function in the loop, which must then solve it. A failed check prints its hint, never the
-reference code. ``python -m course_utils.grader A2`` (``make grade ASSIGNMENT=A2``) grades
+reference code. ``python -m course_tools.grader A2`` (``make grade ASSIGNMENT=A2``) grades
 ``assignments/a2_ppo/student.py`` (``--file`` another) and exits 0 only when every check passes.
 
 A teacher grades a submission by pointing ``--file`` at it from their own clean clone: the checks live in the
@@ -22,9 +22,9 @@ from typing import Callable
 
 import torch
 
-from . import losses
+from course_utils import losses
 from .assignments import ASSIGNMENTS, default_root, load_student, reference
-from .rewards import SEED_TAGS
+from course_utils.rewards import SEED_TAGS
 
 
 @dataclass(frozen=True)
