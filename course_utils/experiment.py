@@ -4,7 +4,9 @@
   size and the generation budget come from the profile only.
 * :class:`Runs` is a notebook's log of runs: ``with runs.timed(name)``, ``runs.add(name, ev, **extra)``,
   ``runs.table(columns)`` (Markdown), ``runs.record(notebook, profile, metrics)``.
-* :func:`calibrated` is the one rule for "may this check assert?".
+* :func:`calibrated` is the one rule for "may this check assert?"; :class:`Checks` prints each condition of a check cell
+  with its before, after and threshold and asserts them together; :func:`errors_removed` measures a gain near
+  the ceiling.
 * :func:`failure_rates` turns an Eval's failure kinds into run-log columns; :func:`course_utils.show.markdown_table`
   tabulates what is not a run (a group of completions, loss weights); :func:`logged` reads a curve from a trainer's log.
 
@@ -74,6 +76,65 @@ def not_checked(P, Params, profile) -> str:
     why = "; ".join(reasons) or "nothing (this run is calibrated)"
     return (f"NOT CHECKED: the thresholds are calibrated for the CPU profile with the parameters cell's defaults "
             f"(any seed); here: {why}. The figures are recorded above.")
+
+
+class Checks:
+    """A check cell's conditions, each printed with its before, after and threshold, asserted together at the end.
+
+    ``checks = Checks(P, Params, profile)``; then one call per condition, e.g.
+    ``checks.at_least("GRPO's gain in accuracy", after - before, 0.15, before=before, after=after)``; then
+    ``checks.done()``, which asserts every condition where :func:`calibrated` is true and otherwise prints
+    :func:`not_checked`'s line. Every condition prints a line either way, so no check passes in silence, and a
+    learner sees the margin by which this run cleared (or missed) each threshold.
+    """
+
+    def __init__(self, P, Params, profile):
+        self.asserting = calibrated(P, Params, profile)
+        self.why_not = None if self.asserting else not_checked(P, Params, profile)
+        self.failed: list[str] = []
+        self.count = 0
+
+    def _report(self, name: str, value, threshold, ok: bool, relation: str, before, after, fmt: str) -> bool:
+        self.count += 1
+        pair = "" if before is None else f"{fmt.format(before)} → {fmt.format(after)}; "
+        line = f"{'✓' if ok else '✗'} {name}: {pair}{fmt.format(value)} {relation} {fmt.format(threshold)}"
+        print(line + ("" if ok else "  (missed)"))
+        if not ok:
+            self.failed.append(line)
+        return ok
+
+    def at_least(self, name: str, value, threshold, *, before=None, after=None, fmt: str = "{:.3g}") -> bool:
+        """``value >= threshold``, printed as ``✓ name: before → after; value ≥ threshold``."""
+        return self._report(name, value, threshold, value >= threshold, "≥", before, after, fmt)
+
+    def at_most(self, name: str, value, threshold, *, before=None, after=None, fmt: str = "{:.3g}") -> bool:
+        """``value <= threshold``, printed like :meth:`at_least`."""
+        return self._report(name, value, threshold, value <= threshold, "≤", before, after, fmt)
+
+    def holds(self, name: str, ok: bool, detail: str = "") -> bool:
+        """A condition that is not a comparison of two numbers (``detail`` says what was seen)."""
+        self.count += 1
+        print(f"{'✓' if ok else '✗'} {name}" + (f": {detail}" if detail else "") + ("" if ok else "  (missed)"))
+        if not ok:
+            self.failed.append(name)
+        return bool(ok)
+
+    def done(self) -> None:
+        """Assert every condition (calibrated runs), or print why this run's thresholds do not apply."""
+        if not self.count:
+            raise ValueError("a check cell with no condition checks nothing")
+        if self.asserting:
+            assert not self.failed, "check failed:\n" + "\n".join(self.failed)
+            print(f"all {self.count} conditions hold")
+        else:
+            print(self.why_not)
+
+
+def errors_removed(before: float, after: float) -> float:
+    """The share of the errors at ``before`` (an accuracy) that are gone at ``after``: ``(after - before) / (1 -
+    before)``. Near the ceiling this is how a gain is measured: from 94% a step to 97% removes half the errors, as a
+    step from 40% to 70% does. Negative when accuracy fell; 0 where ``before`` is already 1."""
+    return 0.0 if before >= 1 else (after - before) / (1 - before)
 
 
 # --------------------------------------------------------------------------- measuring a model

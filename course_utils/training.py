@@ -12,6 +12,7 @@ where Triton exists), so importing ``course_utils`` never imports TRL.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from pathlib import Path
 
 from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallback, TrainingArguments
@@ -388,7 +389,46 @@ class TimedCurveCallback(TrainerCallback):
         return self.curve[-1][0] if self.curve else 0.0
 
 
-class AccuracyCallback(TrainerCallback):
+class CriterionCallback(TrainerCallback):
+    """Train a skill to a criterion: every ``every`` steps, measure it on held-out data and keep the curve.
+
+    ``measure(model) -> float`` is the skill (a share on validation problems, say); ``curve`` is a list of ``(step,
+    value)``, starting with step 0 (before training). With ``stop_at``, training stops at the first measurement that
+    reaches it, and ``stopped_at`` is that step (else None). :meth:`require` then fails loudly where the trainer's
+    step cap came first: a later stage never receives a model without the skill it needs.
+    """
+
+    def __init__(self, measure: Callable, *, every: int, stop_at: float | None = None, name: str = "the skill"):
+        self.measure, self.every, self.stop_at, self.name = measure, every, stop_at, name
+        self.stopped_at = None
+        self.curve: list[tuple[int, float]] = []
+
+    def _measure(self, step, model) -> float:
+        value = float(self.measure(model))
+        self.curve.append((step, value))
+        return value
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self._measure(0, model)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step % self.every == 0:
+            value = self._measure(state.global_step, model)
+            if self.stop_at is not None and value >= self.stop_at and self.stopped_at is None:
+                self.stopped_at = state.global_step
+                control.should_training_stop = True
+
+    def require(self, why: str = "") -> int:
+        """The step the criterion was reached at; a RuntimeError naming the skill, the best value and ``why`` (what a
+        later stage needs it for) where training ended without it."""
+        if self.stop_at is None or self.stopped_at is not None:
+            return self.stopped_at
+        best_step, best = max(self.curve, key=lambda point: point[1]) if self.curve else (0, float("nan"))
+        raise RuntimeError(f"{self.name} did not reach {self.stop_at:.0%} within the step cap: best {best:.1%} at step "
+                           f"{best_step} (measured every {self.every} steps: {self.curve}). {why}")
+
+
+class AccuracyCallback(CriterionCallback):
     """Every ``every`` steps, measure held-out greedy accuracy (validation split) and keep the curve.
 
     ``curve`` is a list of ``(step, accuracy)``, starting with step 0 (before training).
@@ -398,22 +438,9 @@ class AccuracyCallback(TrainerCallback):
 
     def __init__(self, tokenizer, every: int = 50, n: int = 200, split: str = "validation", *, max_new_tokens: int,
                  stop_at: float | None = None):
-        self.tokenizer, self.every, self.n, self.split, self.max_new_tokens = tokenizer, every, n, split, max_new_tokens
-        self.stop_at, self.stopped_at = stop_at, None
-        self.curve: list[tuple[int, float]] = []
+        self.tokenizer, self.n, self.split, self.max_new_tokens = tokenizer, n, split, max_new_tokens
+        super().__init__(self._accuracy, every=every, stop_at=stop_at, name="held-out accuracy")
 
-    def _measure(self, step, model) -> float:
-        acc = evaluate_arithmetic(model, self.tokenizer, split=self.split, n=self.n,
-                                  max_new_tokens=self.max_new_tokens)["accuracy"]
-        self.curve.append((step, acc))
-        return acc
-
-    def on_train_begin(self, args, state, control, model=None, **kwargs):
-        self._measure(0, model)
-
-    def on_step_end(self, args, state, control, model=None, **kwargs):
-        if state.global_step % self.every == 0:
-            acc = self._measure(state.global_step, model)
-            if self.stop_at is not None and acc >= self.stop_at and self.stopped_at is None:
-                self.stopped_at = state.global_step
-                control.should_training_stop = True
+    def _accuracy(self, model) -> float:
+        return evaluate_arithmetic(model, self.tokenizer, split=self.split, n=self.n,
+                                   max_new_tokens=self.max_new_tokens)["accuracy"]

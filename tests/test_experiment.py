@@ -199,3 +199,32 @@ def test_timed_run_measures_the_start_every_few_steps_and_the_end_then_records_t
     assert runs["fake"]["pass_at_1"] is not None                       # the final evaluation samples once
     assert experiment.seconds_to_reach([(0.0, 0, 0.2), (3.0, 2, 0.5), (6.0, 4, 0.7)], 0.5) == 3.0
     assert experiment.seconds_to_reach([(0.0, 0, 0.2)], 0.5) is None
+
+
+def test_checks_print_every_condition_and_assert_them_together(capsys):
+    from dataclasses import dataclass
+
+    @dataclass
+    class Params:
+        lr: float = 1.0
+
+    profile = get_profile("cpu-tiny")
+    checks = experiment.Checks(Params(), Params, profile)
+    assert checks.at_least("gain", 0.2, 0.15, before=0.5, after=0.7, fmt="{:.0%}")
+    assert not checks.at_most("KL", 0.4, 0.3)
+    out = capsys.readouterr().out
+    assert "✓ gain: 50% → 70%; 20% ≥ 15%" in out and "✗ KL: 0.4 ≤ 0.3  (missed)" in out
+    with pytest.raises(AssertionError, match="KL"):
+        checks.done()
+    relaxed = experiment.Checks(Params(lr=2.0), Params, profile)    # not calibrated: prints, never asserts
+    relaxed.holds("format", False, "0 of 3")
+    relaxed.done()
+    assert "NOT CHECKED" in capsys.readouterr().out
+    with pytest.raises(ValueError):
+        experiment.Checks(Params(), Params, profile).done()
+
+
+def test_errors_removed_measures_a_gain_near_the_ceiling():
+    assert experiment.errors_removed(0.94, 0.97) == pytest.approx(0.5)
+    assert experiment.errors_removed(0.4, 0.7) == pytest.approx(0.5)
+    assert experiment.errors_removed(0.5, 0.4) < 0 and experiment.errors_removed(1.0, 1.0) == 0.0

@@ -96,6 +96,25 @@ def test_sft_recipe_trains_and_callback_records(tiny_pair, tmp_path):
     assert any(not torch.equal(a, b) for a, b in zip(before, lm.parameters()))
 
 
+def test_a_criterion_stops_training_and_a_missed_one_fails_loudly(tiny_pair, tmp_path):
+    lm, tok = tiny_pair
+    values = iter([0.0, 0.2, 0.95, 0.99])
+    reached = training.CriterionCallback(lambda model: next(values), every=2, stop_at=0.9, name="copying")
+    trainer = training.sft_trainer(lm, tok, get_profile("cpu-tiny"), recipes.SFTRecipe(steps=8), tmp_path,
+                                   train_rows=data.sft_rows(n=64), logging_steps=2)
+    trainer.add_callback(reached)
+    trainer.train()
+    assert reached.curve == [(0, 0.0), (2, 0.2), (4, 0.95)] and trainer.state.global_step == 4
+    assert reached.require("GRPO needs it") == 4
+    missed = training.CriterionCallback(lambda model: 0.3, every=2, stop_at=0.9, name="copying")
+    trainer = training.sft_trainer(lm, tok, get_profile("cpu-tiny"), recipes.SFTRecipe(steps=4), tmp_path,
+                                   train_rows=data.sft_rows(n=64), logging_steps=2)
+    trainer.add_callback(missed)
+    trainer.train()
+    with pytest.raises(RuntimeError, match="copying did not reach 90% within the step cap.*GRPO needs it"):
+        missed.require("GRPO needs it")
+
+
 def test_reward_recipe_trains(tiny_pair, tmp_path):
     lm, tok = tiny_pair
     path = modeling.save_checkpoint(lm, tok, tmp_path / "lm")
