@@ -40,9 +40,9 @@ class _NotebookBudgets:
 
 
 # nbval waits at most 5 s between two output messages of a cell that has finished (``IPyNbCell.output_timeout``,
-# fixed in nbval 0.11): on a slow, loaded CI machine 06's DPO cell missed that once (CI of 467720b, matmul 66 GFLOP/s,
-# two notebooks side by side) although its code had run. It bounds message delivery, not the cell's own run time
-# (``--nbval-cell-timeout``), so a longer wait hides no failure of the course.
+# fixed in nbval 0.11): on a slow machine running two notebooks side by side, a long cell can miss that window
+# although its code has run. It bounds message delivery, not the cell's own run time (``--nbval-cell-timeout``), so
+# a longer wait hides no failure of the course.
 NBVAL_OUTPUT_TIMEOUT_S = 120
 
 

@@ -28,8 +28,8 @@ def results_markdown(records: list[dict], runner_stats: dict | None = None) -> s
     return "\n".join(lines) + "\n"
 
 
-# The matmul rate (1024² float32, 2 threads; ``course_tools.bench``) of the machine the budgets were
-# set on: an AVX2-only 2-core AMD EPYC, the slow kind of the course's CI machines.
+# The matmul rate (1024² float32, 2 threads; ``course_tools.bench``) of the reference machine: the slow kind of CPU
+# the budgets are set for. Seconds measured elsewhere are scaled to it (budget_report).
 REFERENCE_GFLOPS = 70.0
 COURSE_BUDGET_MINUTES = 30.0   # the whole course on such a machine
 NOTEBOOK_BUDGET_MINUTES = 5.0  # any one notebook
@@ -37,8 +37,8 @@ NOTEBOOK_BUDGET_MINUTES = 5.0  # any one notebook
 
 SCALING_CAVEAT = (
     "The scaled figures lean pessimistic on a machine faster than the reference: the tiny model's work is mostly "
-    "per-token overhead, which speeds up less than matmul (on 2-core Xeons, whole `make course` runs at 119, 168 and "
-    "253 GFLOP/s, seeds 11, 7 and 3, took 2,883, 2,308 and 1,732 s: about rate^-0.7). The total adds the notebooks' "
+    "per-token overhead, which speeds up less than matmul (a whole `make course` run's seconds fall about as "
+    "rate^-0.7, not rate^-1). The total adds the notebooks' "
     "seconds; where two ran side by side the course's wall time is shorter.")
 
 

@@ -1,7 +1,7 @@
 """``make test``: the unit tests and every notebook, two streams side by side where the notebooks allow it.
 
 A notebook of this course is mostly many small operations on a tiny model, so one torch thread
-does most of what two do (``make bench``: a training step runs about 1.6x slower on one thread,
+does most of what two do (``make bench`` shows it: a training step runs somewhat slower on one thread,
 sampling barely slower), and two notebooks side by side at one thread each finish sooner than the
 same two one after the other at two threads. The plan:
 
@@ -18,7 +18,7 @@ Every notebook still runs in full, with its check cell. ``make course`` (:mod:`c
 runs the same plan, so both give the same numbers; one thread rounds differently from two (the
 environment record of each results file names the count), so a notebook run alone at two threads
 can differ a little, and a check that holds on every seed holds either way. ``COURSE_TEST_STREAMS=1``
-runs everything serially at the profile's threads, as ``make test`` did before; with a GPU that is
+runs everything serially at the profile's threads; with a GPU that is
 the default (:func:`default_streams`).
 
 Each stream writes its pytest output to ``build/test-logs/``; the driver prints both logs when
@@ -41,24 +41,21 @@ PHASE_1 = ("01", "02", "03")
 """notebooks run first, serially: they make the stages the others load"""
 STREAM_A = ("05", "07", "08", "12")
 """phase 2's first stream, in order: 08 compares itself with 07's recorded results, and 07's section 9 with 05's
-and 06's (06, in stream B, has ended by then: on a 2-core Xeon at seed 11, 17 minutes into phase 2, against 07's
-section 9 (then 8) at 24; a results file that is not there yet is left out of the table, never an error). 12 (no
-dependency on the others) ends it to balance the streams: in the CI of 12's landing on a 2-core AVX-512 AMD EPYC,
-05-08 took 1,178 s and stream B 1,654 s with 12 in it (12: 378 s)."""
+and 06's (06, early in stream B, has normally ended well before 07 reaches section 9; a results file that is not
+there yet is left out of the table, never an error). 12 (no dependency on the others) ends it to balance the
+streams: 05-08 alone take clearly less time than stream B with its unit tests."""
 
 COURSE_STREAM_A = ("05", "07", "08", "11")
-"""``make course``'s stream A (:mod:`course_tools.runner`). Its stream B has no unit tests (about 190 s of ``make
-test``'s), so 12 moves there and the short 11 takes its place: in the CI of d726016 on a 2-core AVX-512 AMD EPYC
-(seconds at one thread, side by side) 05 07 08 12 took 1,524 s against 1,109 for the other notebooks; 05 07 08 11
-take 1,288 against 1,346, about 180 s less wall time for the course. Either plan runs every notebook of phase 2 at
-one thread, so a notebook's numbers do not depend on its stream."""
+"""``make course``'s stream A (:mod:`course_tools.runner`). Its stream B has no unit tests, so with 12 in stream A
+that stream would end long after B; 12 moves to B and the short 11 takes its place, which balances the two streams
+and shortens the course's wall time. Either plan runs every notebook of phase 2 at one thread, so a notebook's
+numbers do not depend on its stream."""
 
 
 SERIAL_TESTS = ("tests/test_scripts.py",)
 """unit tests that start processes of their own (``accelerate launch`` with two gloo ranks): they run in phase 1, on an
-otherwise idle machine, not in stream B beside a notebook. There, sharing 2 cores with a notebook, a two-process run
-finished training and saved its model, then hung at teardown until the test's 300 s timeout, in two CIs of
-2026-12-04 (commits ff715c2 and e28ae9b); alone it has always ended."""
+otherwise idle machine, not in stream B beside a notebook. Sharing two cores with a notebook, a two-process run can
+finish training and save its model, then hang at teardown until the test's timeout; alone it ends."""
 
 
 LAST_TESTS = ("tests/test_book.py",)

@@ -2,8 +2,8 @@
 
 On the tiny model (4 layers, hidden 96) a decoding step is little arithmetic, and Hugging
 Face ``generate`` adds per-token bookkeeping to it (mask building, cache objects, logits
-processors, stopping criteria): ``make bench`` measured it at 8-18x what the FLOPs allow for
-64 rows, against 6-12x for this loop. :func:`decode` runs the model's own weights (a LoRA
+processors, stopping criteria): ``make bench`` times both against what the FLOPs allow, and
+``generate`` sits further above that bound than this loop. :func:`decode` runs the model's own weights (a LoRA
 layer as the one weight ``W + scaling * B @ A`` its forward computes, tied embeddings and
 biases as in ``forward``) in a plain loop with a preallocated key/value cache and one
 additive attention bias:
@@ -286,7 +286,7 @@ def _draw(logits: torch.Tensor, temperature: float, generator: torch.Generator |
 
     ``torch.multinomial`` on the same probabilities as ``generate``'s sampling step, so with
     the same RNG state the engine draws the very tokens ``generate`` draws (tested, float32 on
-    a CPU): moving the course onto the engine changed no number of any run at seed 1234.
+    a CPU): moving a run onto the engine changes none of its numbers.
     """
     if temperature == 0:
         return logits.argmax(-1)

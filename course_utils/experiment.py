@@ -33,7 +33,7 @@ from dataclasses import dataclass, fields, is_dataclass
 from . import evaluation, results
 from .show import markdown_table, show_markdown
 
-# the parameters a check's thresholds hold for at any value: the seed (checked at five), and how the
+# the parameters a check's thresholds hold for at any value: the seed (checked at several), and how the
 # profile was named ("auto" resolves to "cpu-tiny" without a GPU; the profile itself is checked below)
 ANY_VALUE = ("seed", "profile")
 

@@ -27,7 +27,8 @@ saved tensors of a tiny Qwen3 on the CPU and finds the formula within a few perc
 With gradient checkpointing (the Trainer's, on the ``gpu`` profile) each layer keeps only its input, and one
 layer's activations are rebuilt at a time during the backward; the logits' backward is over before the first layer is
 rebuilt, so a checkpointed update's peak holds the larger of the two (``Phase.rebuilt``), not their sum. A whole
-step's peak resident memory on the CPU agrees within 0.1% without checkpointing and 6% (above) with it.
+step's peak resident memory on the CPU agrees with the estimate within a few percent, with and without checkpointing
+(with it the estimate errs above: it sizes the rebuilt layer's backward from above).
 
 **Logits.** A ``(B, T, V)`` tensor with V = 151,936 is the usual cause of an out-of-memory error: one fp32 copy of
 16 sequences of 1,024 tokens is 9.3 GiB. How many copies are alive at the peak depends on the code path; the

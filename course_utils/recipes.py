@@ -8,7 +8,7 @@ very same object, so a rebuilt checkpoint is trained exactly as the notebook tra
     recipe = recipe_for("sft", profile, steps=200)   # defaults for this profile, one field changed
     show(recipe)                                     # a table: field, value, meaning
 
-CPU values are the class defaults (measured on 2 cores). A recipe class's ``SMOKE`` mapping caps its steps and
+CPU values are the class defaults (sized for 2 CPU cores). A recipe class's ``SMOKE`` mapping caps its steps and
 sizes on the ``smoke`` scale (env ``COURSE_SCALE=smoke``: the test matrix runs every notebook on other models in
 minutes to show the code runs; a notebook's own overrides are capped too). A recipe class's ``GPU``
 mapping holds the fields that differ on the ``gpu`` profile (a 0.6B hub model wants a
@@ -109,15 +109,15 @@ class PPORecipe:
     samples_per_prompt: int = 1
     """completions per prompt (TRL's PPO: 1); rollouts_per_step / samples_per_prompt prompts per iteration"""
     temperature: float = 0.7
-    """rollout sampling temperature (the losses use softmax(z / T) too); in a trial 1.0 gained 5 / 17 points less (seeds 1234 / 11)"""
+    """rollout sampling temperature (the losses use softmax(z / T) too); 1.0 gains less"""
     max_new_tokens: int = 48
     """longest completion in tokens"""
     learning_rate: float = 4e-5
-    """AdamW learning rate of the policy (one optimizer for policy and critic, as TRL); 1e-4 collapsed accuracy (4 epochs, T 1)"""
+    """AdamW learning rate of the policy (one optimizer for policy and critic, as TRL); 1e-4 can collapse accuracy (4 epochs, T 1)"""
     value_learning_rate: float | None = 1e-3
     """learning rate of the critic, a second parameter group of that optimizer (None: ``learning_rate``, as TRL; see 05)"""
     ppo_epochs: int = 2
-    """passes over each batch of rollouts (4 at half the learning rate gained the same in 1.7x the time)"""
+    """passes over each batch of rollouts (4 at half the learning rate gain the same in more time)"""
     minibatch_size: int = 32
     """rollouts per gradient step inside an epoch"""
     clip_range: float = 0.2
@@ -153,7 +153,7 @@ class DPORecipe:
     """Direct preference optimisation with TRL's DPOTrainer, on self-generated pairs by default (notebook 06)."""
 
     steps: int = 450
-    """optimizer steps (at 300 run (b) gained under +15 points at one seed of five; 450 x 16 pairs fit the offline set)"""
+    """optimizer steps (fewer leave run (b)'s gain small at some seeds; 450 x 16 pairs fit the offline set)"""
     batch_size: int = 16
     """preference pairs per step"""
     learning_rate: float = 2e-5
@@ -161,8 +161,8 @@ class DPORecipe:
     schedule: str = "constant"
     """after the warm-up: cosine decay to 0 ("cosine") or a constant learning rate ("constant")"""
     beta: float = 1.5
-    """KL strength: the implicit reward is beta * log(pi / pi_ref); TRL's default 0.1 collapsed accuracy here, and
-    at 300 steps beta 1 gained only +6.7 points at one seed of five (7); 1.5 gained +19 to +34 at all five"""
+    """KL strength: the implicit reward is beta * log(pi / pi_ref); TRL's default 0.1 collapses accuracy here, and
+    beta 1 gains little at some seeds; 1.5 gains clearly at every seed"""
     loss_type: str = "sigmoid"
     """TRL DPOTrainer loss: "sigmoid" (DPO) or "ipo" (here beta is IPO's tau: the target margin is 1 / (2 beta))"""
     simpo_gamma: float = 0.5
@@ -188,15 +188,15 @@ class GRPORecipe:
     """Group relative policy optimisation with TRL's GRPOTrainer and a LoRA adapter (notebook 07)."""
 
     steps: int = 150
-    """optimizer steps (one generation batch each); at 100 the weakest start gained under +15 points"""
+    """optimizer steps (one generation batch each); fewer leave the weakest starts' gain small"""
     prompts_per_step: int = 8
-    """prompts per step; the batch is prompts_per_step x num_generations completions (4 gained less at 5 seeds)"""
+    """prompts per step; the batch is prompts_per_step x num_generations completions (4 gains less)"""
     num_generations: int = 8
     """completions sampled per prompt: the group whose mean is the baseline"""
     learning_rate: float = 7e-4
-    """learning rate of the LoRA weights (linear decay); 1e-3 at 4 prompts a step collapsed accuracy once"""
+    """learning rate of the LoRA weights (linear decay); 1e-3 at 4 prompts a step can collapse accuracy"""
     beta: float = 0.04
-    """weight of the k3 KL to the reference (the base model with the adapter off); 0 collapsed seed 3"""
+    """weight of the k3 KL to the reference (the base model with the adapter off); without it (0) accuracy can collapse"""
     loss_type: str = "dapo"
     """how per-token losses are averaged: "grpo", "bnpo", "dr_grpo" or "dapo" (TRL 1.15's default)"""
     scale_rewards: str = "group"
@@ -210,7 +210,7 @@ class GRPORecipe:
     num_iterations: int = 1
     """updates per generation batch (> 1 reuses buffered old log-probs, importance-sampled)"""
     temperature: float = 0.8
-    """sampling temperature of the completions (0.8 gained more than 1.0 on all three seeds measured)"""
+    """sampling temperature of the completions (0.8 gains more than 1.0)"""
     max_completion_length: int = 48
     """longest completion in tokens; longer ones are cut (and count as truncated)"""
     lora_r: int = 16
@@ -230,7 +230,7 @@ class R1Recipe:
     """The DeepSeek-R1 pipeline in miniature (notebook 08). Each RL stage is a GRPORecipe run, each SFT an SFTRecipe one."""
 
     zero_steps: int = 60
-    """R1-Zero: GRPO steps straight from the pretrained base (format emerged within ~20 here)"""
+    """R1-Zero: GRPO steps straight from the pretrained base (the format emerges well within that)"""
     cold_start_problems: int = 1000
     """fresh train problems R1-Zero answers once each; its verified, readable answers are the cold-start set"""
     cold_start_rows: int = 300
@@ -246,9 +246,9 @@ class R1Recipe:
     nonreasoning_ratio: float = 1 / 3
     """non-reasoning rows per reasoning row in the second SFT (R1: ~200k to ~600k)"""
     sft2_steps: int = 400
-    """second SFT: steps from the pretrained base with 02's full SFT recipe (200 left seed 7 at 8-16% in a test run)"""
+    """second SFT: steps from the pretrained base with 02's full SFT recipe (200 leave a weak seed's model far below 02's)"""
     rl2_steps: int = 80
-    """RL round 2: GRPO steps from the second SFT, with rule rewards plus 03's reward model (40 moved accuracy by ±2)"""
+    """RL round 2: GRPO steps from the second SFT, with rule rewards plus 03's reward model (40 barely move accuracy)"""
     rl2_rm_weight: float = 0.2
     """weight of the reward model's score next to the rule rewards (weight 1 each)"""
 
@@ -259,9 +259,9 @@ class R1Recipe:
 
 
 # The cold start (DeepSeek-R1's term): SFT on few demonstrations, so that RL has headroom.
-# A fixed number of demonstrations gives very different models on different seeds
-# (measured: 50 demonstrations, 300 steps gave 47% greedy for seed 1234 and 0.7% for seed 7,
-# whose pretrained model reads the question's numbers far less reliably). So the cold start
+# A fixed number of demonstrations gives very different models on different seeds (a seed
+# whose pretrained model reads the question's numbers less reliably learns far less from the
+# same demonstrations and steps). So the cold start
 # streams the train chats at a constant learning rate and stops as soon as validation
 # accuracy reaches the target: every seed starts RL with the same headroom, after however
 # many demonstrations its model needed (notebook 02 plots accuracy against them).
@@ -276,12 +276,12 @@ class DistillRecipe:
     """train-split questions the teacher answers (greedy); their reference answers are never trained on"""
     seq_steps: int = 800
     """at most this many SFT steps from scratch on the teacher's answers: sequence-level distillation, and the shared
-    start below (a fixed 400 gave 15% to 90% held-out accuracy across seeds and machines: too little headroom at some,
-    too little skill at others)"""
+    start below (a fixed number of steps gives starts far apart in held-out accuracy across seeds and machines: too
+    little headroom at some, too little skill at others)"""
     seq_target: float | None = 0.5
     """stop that run at the first check whose validation accuracy reaches this, as 02's cold start does: the starts
-    still spread (48-85% held-out at five seeds, the curve being steep there) but far less than after a fixed number
-    of steps (None: run all seq_steps)"""
+    still spread (the curve is steep there) but far less than after a fixed number of steps (None: run all
+    seq_steps)"""
     seq_check_every: int = 25
     """steps between those checks (200 validation problems each)"""
     learning_rate: float = 3e-3
@@ -293,7 +293,7 @@ class DistillRecipe:
     onpolicy_steps: int = 50
     """on-policy GKD steps from the shared start (each samples from the student first: dearer than an off-policy step)"""
     onpolicy_temperature: float = 0.5
-    """student sampling temperature in on-policy GKD (a trial at 1.0 lost accuracy: 53% -> 21% at seed 1234)"""
+    """student sampling temperature in on-policy GKD (1.0 loses accuracy)"""
     beta: float = 0.0
     """GKD's divergence: 0 forward KL(teacher || student), 1 reverse KL, in between the generalised JSD"""
     hidden_weight: float = 1.0
@@ -305,9 +305,8 @@ class DistillRecipe:
     max_new_tokens: int = 48
     """answer length limit for the teacher's answers and on-policy samples"""
     timed_sft_steps: int = 1200
-    """section 6, equal time: SFT steps on the teacher's answers from the shared start (about as long as each run
-    below on a CPU: 38–51 s each at five seeds on a 2-core AVX-512 AMD EPYC, one thread beside another notebook), at
-    compare_learning_rate, constant after 5 warm-up steps"""
+    """section 6, equal time: SFT steps on the teacher's answers from the shared start (about as long on a CPU as
+    each run below, so the methods compare at equal time), at compare_learning_rate, constant after 5 warm-up steps"""
     opd_steps: int = 200
     """section 6: on-policy distillation steps (TRL DistillationTrainer, reverse KL): each samples batch_size answers"""
     opd_learning_rate: float = 3e-4
@@ -335,20 +334,20 @@ class AgenticRecipe:
     """share of them that answer directly, without the tool (the habit of a model that never had one); the rest call
     it (question -> call -> result -> answer)"""
     sft_steps: int = 600
-    """cold-start SFT steps (batch 32). Copying the numbers into the call comes late and suddenly: at seed 3, right on
-    4% of its calls after 300 steps, 30% after 450, 96% after 600 (2,000 demonstrations; 256 for 300 steps: 1%)"""
+    """cold-start SFT steps (batch 32). Copying the numbers into the call is learned late and suddenly, so the cold
+    start needs many steps (and many demonstrations: a few hundred leave the calls' numbers wrong)"""
     sft_learning_rate: float = 1e-3
     """peak learning rate of the cold start (cosine)"""
     steps: int = 40
-    """GRPO steps (one generation batch each); the rollouts called on 95-97% of the prompts by step 30
-    at seeds 1234, 7, 3, 5 and 11"""
+    """GRPO steps (one generation batch each): enough for the rollouts to call the tool on nearly every prompt well
+    before the last step"""
     prompts_per_step: int = 8
     """prompts per GRPO step; the batch is prompts_per_step x num_generations rollouts"""
     num_generations: int = 8
     """rollouts per prompt: the group whose mean reward is the baseline"""
     learning_rate: float = 7e-4
-    """GRPO learning rate of the LoRA weights (07's); on an earlier version of the task, full fine-tuning at 3e-4
-    lost the call's format in 20 steps"""
+    """GRPO learning rate of the LoRA weights (07's); full fine-tuning (at 3e-4) can lose the call's format early in
+    the run"""
     temperature: float = 1.0
     """sampling temperature of the rollouts"""
     lora_r: int = 16
@@ -373,7 +372,7 @@ class ScalingRecipe:
     samples: int = 16
     """answers sampled per held-out question; every curve reads the first N of them (N = 1, 2, 4, ... up to this)"""
     temperature: float = 0.8
-    """sampling temperature of those answers (in a trial at 0.5, seed 7's vote rose only 0.7 points from N = 1 to 8)"""
+    """sampling temperature of those answers (at 0.5 a vote over N samples gains little: they differ too little)"""
     paraphrases: int = 8
     """wordings of each held-out question answered greedily, for the vote over paraphrases"""
     prm_problems: int = 1500
@@ -440,7 +439,7 @@ class CapstoneRecipe:
     num_generations: int = 8
     """completions per prompt: the group whose mean is the baseline"""
     learning_rate: float = 2e-4
-    """GRPO learning rate of the LoRA weights (linear decay after a 10% warm-up); 1e-4 gained less at five seeds"""
+    """GRPO learning rate of the LoRA weights (linear decay after a 10% warm-up); 1e-4 gains less"""
     beta: float = 0.0
     """KL weight to the reference: the seed's and unsloth's 0, so no reference pass (07's GRPO and the GRPO script
     use 0.04, GRPORecipe: the capstone follows the seed's recipe, which is its lesson)"""

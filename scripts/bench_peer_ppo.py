@@ -8,8 +8,8 @@ has built ``sft_cold`` and ``reward``::
     .venv/bin/pip install --no-deps --target /tmp/trl112 trl==1.12.0
     PYTHONPATH=/tmp/trl112 HF_HUB_OFFLINE=1 .venv/bin/python scripts/bench_peer_ppo.py
 
-Both train ``sft_cold`` against 03's reward model with the settings notebook 05's recipe had
-when this was measured, which TRL's trainer can express (64 rollouts per step of at most 48
+Both train ``sft_cold`` against 03's reward model with one fixed set of PPO settings that TRL's trainer
+can express (64 rollouts per step of at most 48
 tokens, 4 PPO epochs of 2 minibatches, temperature 1, one learning rate for policy and critic)
 for ``--steps`` iterations each, and the script prints seconds per step and rollouts per second of both and their ratio. Timings only: the two do
 not share their random streams, so their learning curves are not compared here.

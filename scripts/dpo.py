@@ -1,4 +1,4 @@
-"""Direct preference optimisation (the course's notebook 05) as a script, configured the TRL way.
+"""Direct preference optimisation (the course's notebook 06) as a script, configured the TRL way.
 
     python scripts/dpo.py --config scripts/recipes/dpo_qwen3.yaml
     accelerate launch --config_file scripts/accelerate/zero2.yaml scripts/dpo.py --config scripts/recipes/dpo_qwen3.yaml

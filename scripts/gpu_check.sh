@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check of notebook 11: run it on the `gpu` profile (unsloth + vLLM, Qwen3-0.6B-Base, GSM8K) and keep its
-# results file. Sized for about 8 minutes on one H200; needs CUDA, internet (model and data set) and the gpu extra:
+# results file. Sized for a few minutes on one data-centre GPU; needs CUDA, internet (model and data set) and the gpu extra:
 #     make install GPU=1 TORCH_SPEC="torch==2.13.0"     # or any environment with `pip install -e ".[dev,gpu]"`
 #     bash scripts/gpu_check.sh
 # Writes artifacts/results/11_qwen3_grpo_unsloth_vllm.json (before/after accuracy on 300 held-out GSM8K problems,

@@ -1,4 +1,4 @@
-"""Issue 27's GPU check: 05's PPO, 06's DPO and 07's GRPO for a few steps on a random-initialised Qwen3-0.6B, with the
+"""The GPU memory check: 05's PPO, 06's DPO and 07's GRPO for a few steps on a random-initialised Qwen3-0.6B, with the
 ``gpu`` profile's recipes: step time, tokens/s and peak VRAM per notebook, against ``course_utils.memory``'s estimate.
 
 The GPU machine has no internet, so nothing is downloaded: the model is built from Qwen3-0.6B's config (random
@@ -13,7 +13,8 @@ samples the EOS token, so every completion runs to the recipe's length limit: th
     python scripts/gpu_memory_check.py --tiny --out /tmp/check.json    # on a CPU, tiny sizes: the same code path
 
 ``scripts/gpu_memory_check.sh`` installs TRL and datasets from ``wheels/`` first (``scripts/fetch_gpu_wheels.sh``).
-Sized for ~4 minutes on one H200 (generation dominates: 3 x 256 tokens for PPO, 3 x 512 for GRPO, in fp32);
+Sized for a few minutes on one data-centre GPU (generation dominates: 3 x 256 tokens for PPO, 3 x 512 for GRPO,
+in fp32);
 the JSON is rewritten after each notebook, so a run cut short keeps what it measured.
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 27's GPU check on a machine with torch, transformers, peft and accelerate but no internet, TRL or datasets:
+# The GPU memory check, on a machine with torch, transformers, peft and accelerate but no internet, TRL or datasets:
 # installs TRL and datasets from wheels/ (scripts/fetch_gpu_wheels.sh, run beforehand where pip reaches PyPI) into a
 # throw-away folder, then runs scripts/gpu_memory_check.py (05's PPO, 06's DPO, 07's GRPO on a random-initialised
 # Qwen3-0.6B) under a 570 s limit. Writes results/gpu/memory_check.json (step time, tokens/s, peak VRAM and the

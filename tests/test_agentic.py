@@ -282,7 +282,7 @@ def test_logp_by_source_splits_the_model_the_tool_and_its_digits(tool_tokenizer)
 
 def test_the_tool_format_ends_turns_with_a_foreign_tokenizers_eos():
     """A model of your own keeps its EOS (``</s>`` here): the tool turns end with it, where its generation stops,
-    and the result's ids and a call are read as for the course's tokenizer (at full scale 12 once crashed here)."""
+    and the result's ids and a call are read as for the course's tokenizer (12 at full scale relies on it)."""
     from course_utils import adapt
     from course_utils.modeling import family_model
     model, tok = family_model("llama")

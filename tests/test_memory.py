@@ -231,8 +231,8 @@ def test_step_and_logits_estimates_match_peak_memory():
     """Peak resident memory on the CPU (glibc told to return every freed block, so the peak is the live bytes'):
 
     * a whole training step of a tiny Qwen3 (activations and HF-loss logits; the grads stay allocated between steps,
-      as in the estimate's static part), with and without gradient checkpointing, within 10% (measured: 0.1% and 6%;
-      the checkpointed peak is the rebuilt layer's backward, which the estimate sizes from above);
+      as in the estimate's static part), with and without gradient checkpointing, within 10% (the checkpointed peak
+      is the rebuilt layer's backward, which the estimate sizes from above);
     * each logits code path at V = 151,936 within 10% of its bytes-per-element constant.
     """
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "OMP_NUM_THREADS": "2"}

@@ -147,3 +147,69 @@ def test_readme_quick_start_has_two_commands_and_ci_runs_the_test_one():
     assert commands == ["make course", "make test"]
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert re.search(r"^make test$", ci, flags=re.M)
+
+
+# --------------------------------------------------------------------------- no lab history in the packages' prose
+# A comment or docstring says what the code does and why. When a run happened, on which commit or machine, belongs in
+# the docs (performance, reproducibility), not beside the code: these patterns find the usual slips.
+HISTORY = {
+    "date": re.compile(r"\b(?:19|20)\d\d-[01]\d-[0-3]\d\b"),
+    "commit": re.compile(r"\b(?i:commits?|CI)\b(?:\W+\w+){0,3}?\W+(?=[0-9a-f]*\d)[0-9a-f]{7,40}\b"
+                         r"|\b(?=[0-9a-f]*\d)[0-9a-f]{7,40}\W+(?i:commits?)\b"),
+    "machine": re.compile(r"\b(?:EPYC|Xeon|Ryzen|Threadripper)\b|\bAVX-?512 AMD\b|\b\d+-core\b|\b\d[\d,.]*\s*GFLOP",
+                          re.I),
+}
+# a bare abbreviated hash: 7-12 hex digits with a digit and a letter, standing alone (not "#1f77b4a", "0x7fff00aa",
+# a path or a name), and not a number in scientific notation ("1e999999999")
+BARE_HASH = re.compile(r"(?<![\w#./-])(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,12}(?![\w/])")
+
+
+def prose_of(source: str) -> list[tuple[int, str]]:
+    """``(line, text)`` of every comment (``tokenize``) and docstring (``ast``: a string statement, as a module's,
+    class's, function's or field's docstring is) in ``source``; code strings are not read."""
+    import ast
+    import io
+    import tokenize
+    found = [(tok.start[0], tok.string) for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+             if tok.type == tokenize.COMMENT]
+    for node in ast.walk(ast.parse(source)):
+        body = getattr(node, "body", None)
+        for stmt in body if isinstance(body, list) else []:
+            if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str):
+                found.append((stmt.lineno, stmt.value.value))
+    return sorted(found)
+
+
+def lab_history(source: str) -> list[str]:
+    """Every date, commit hash or machine name in ``source``'s comments and docstrings, as ``"line: kind 'text'"``."""
+    found = []
+    for line, text in prose_of(source):
+        found += [f"{line}: {kind} {m.group(0)!r}" for kind, pattern in HISTORY.items() for m in pattern.finditer(text)]
+        found += [f"{line}: hash {m.group(0)!r}" for m in BARE_HASH.finditer(text)
+                  if not re.fullmatch(r"\d+e\d+", m.group(0))]
+    return found
+
+
+def test_the_lab_history_check_can_fail():
+    bad = ('"""Hung in two CIs of 2026-12-04 (commits ff715c2 and e28ae9b)."""\n'
+           "x = 1  # in the CI of d726016 on a 2-core AVX-512 AMD EPYC, 05-08 took 1,178 s\n"
+           "def f():\n    '''A Xeon at 66 GFLOP/s; fixed by 467720b.'''\n")
+    found = lab_history(bad)
+    for slip in ("1: date '2026-12-04'", "1: hash 'ff715c2'", "1: hash 'e28ae9b'", "2: commit 'CI of d726016'",
+                 "2: machine '2-core'", "2: machine 'AVX-512 AMD'", "2: machine 'EPYC'", "4: machine 'Xeon'",
+                 "4: machine '66 GFLOP'", "4: hash '467720b'"):
+        assert slip in found, (slip, found)
+    fine = ('"""Seconds scale with the matmul rate (GFLOP/s); ``1e999999999`` is not parsed; colour #1f77b4a."""\n'
+            'LOG = "2026-12-04: CI of d726016 on a 2-core EPYC"  # a code string is not prose\n'
+            "MASK = 0x7fff00aa  # 0x7fff00aa; the commit's message and a CI run are fine without a hash\n")
+    assert not lab_history(fine), lab_history(fine)
+
+
+def test_no_lab_history_in_the_packages():
+    """Dates, commit hashes and machine names of past runs stay out of the prose of course_utils/, course_tools/,
+    scripts/ and the top-level conftest.py."""
+    paths = sorted([*ROOT.glob("course_utils/*.py"), *ROOT.glob("course_tools/*.py"), *ROOT.glob("scripts/*.py"),
+                    ROOT / "conftest.py"])
+    found = [f"{path.relative_to(ROOT)}:{finding}" for path in paths
+             for finding in lab_history(path.read_text(encoding="utf-8"))]
+    assert not found, "what and why in code, lab history in the docs:\n" + "\n".join(found)
