@@ -61,8 +61,9 @@ book: install
 test: install
 	@start=$$(date +%s); $(OFFLINE) $(PY) -m course_tools.testrun; rc=$$?; echo "make test took $$(( $$(date +%s) - start )) s"; exit $$rc
 
-# The course once per seed, each in its own artifacts/seeds/s<seed>/ and build/seeds/s<seed>/, then build/SEEDS.md:
-# every recorded metric per seed with its min-max and the environment (one whole `make course` per seed)
+# The course once per seed, each in its own artifacts/seeds/s<seed>/ and build/seeds/s<seed>/, then build/SEEDS.md
+# (every recorded metric per seed with its min-max and the environment) and docs/results.md's table; one whole
+# `make course` per seed (docs/reproducibility.md)
 SEEDS ?= 1234 7 3
 seeds: install
 	@start=$$(date +%s); $(OFFLINE) $(PY) -m course_tools.seeds $(SEEDS); rc=$$?; echo "make seeds took $$(( $$(date +%s) - start )) s"; exit $$rc

@@ -2,7 +2,7 @@
 
 The notebooks are committed without outputs; ``make course`` writes executed copies to ``build/notebooks/``. This
 module turns those copies into a book with **Sphinx + MyST-NB + sphinx-book-theme**, the Executable Books stack that
-Jupyter Book 1 is built on (README, "The book", says why this one):
+Jupyter Book 1 is built on (``docs/book.md`` says why this one):
 
 1. :func:`prepare` writes a Sphinx source tree (``build/book-src/``): ``book/``'s committed files (``conf.py``, the
    style sheet, the page on expected messages), a front page (the pipeline figure, the course map, the run's results
@@ -183,7 +183,7 @@ def front_page(chapters: list[NotebookInfo], executed_dir: Path) -> str:
         "## The chapters", "", course_map, "",
         "## This run's results", "",
         "What every chapter measured in the run that executed these pages, and the machine and packages it ran on. "
-        "The README's table gives the ranges over several seeds.", "",
+        "The ranges over several seeds are in the repository's docs/results.md.", "",
         results_section(executed_dir), "", toc, ""])
 
 

@@ -5,7 +5,8 @@ course (``course_tools.runner``) once per seed, each in its own artifacts folder
 (``artifacts/seeds/s<seed>/``: stages of one seed never meet another's) and build folder
 (``build/seeds/s<seed>/``), then writes ``build/SEEDS.md``: for every notebook and metric, the
 before and after values at each seed, with their min–max, and the environment they were
-measured in. The README's results table and the notebooks' measured ranges come from it.
+measured in, and the course's results table (:data:`RESULTS_ROWS`, one column per seed) into ``docs/results.md``,
+between its two markers (:func:`write_results_table`). The notebooks' measured ranges come from it.
 
 ``python -m course_tools.seeds --report-only 1234 7`` re-tabulates finished runs.
 """
@@ -127,7 +128,7 @@ def _curve(record: dict | None, *keys) -> str:
     return f"{_pct(curve.get('1'))} → {_pct(curve[_largest_n(curve)])}"
 
 
-README_ROWS: list[tuple[str, str, object]] = [
+RESULTS_ROWS: list[tuple[str, str, object]] = [
     ("02", "`sft_cold`, the RL notebooks' start (02 stops SFT at 40% validation accuracy)",
      lambda r: _pct(_after(r, "sft_cold_accuracy"))),
     ("05", "PPO against the rule-based verifier, {verifier_steps} steps", lambda r: before_after(r, "accuracy")),
@@ -165,8 +166,9 @@ README_ROWS: list[tuple[str, str, object]] = [
     ("12", "agentic RL from the full `sft`: accuracy with the calculator, cold start → after GRPO (the model alone "
            "after)", lambda r: f"{before_after(r, 'tool_accuracy')} ({_pct(_after(r, 'alone_accuracy'))})"),
 ]
-"""The README's results table: (notebook, what the row measured, the cell from that notebook's record). A label's
-``{name}`` is filled from the first seed's record (its ``extra``), so step counts come from the runs themselves."""
+"""The results table of ``docs/results.md``: (notebook, what the row measured, the cell from that notebook's record).
+A label's ``{name}`` is filled from the first seed's record (its ``extra``), so step counts come from the runs
+themselves."""
 
 
 def _label(label: str, record: dict | None) -> str:
@@ -181,16 +183,32 @@ def _label(label: str, record: dict | None) -> str:
     return re.sub(r"\{([^{}]+)\}", fill, label)
 
 
-def readme_table(records: dict[int, list[dict]]) -> str:
-    """The README's results table (:data:`README_ROWS`), one column per seed, from the seeds' results records."""
+def results_table(records: dict[int, list[dict]]) -> str:
+    """The results table (:data:`RESULTS_ROWS`), one column per seed, from the seeds' results records."""
     seeds = list(records)
     by_seed = {s: {r["notebook"][:2]: r for r in records[s]} for s in seeds}
     lines = ["| # | run | " + " | ".join(f"seed {s}" for s in seeds) + " |", "|---|---|" + "---|" * len(seeds)]
-    for number, label, cell in README_ROWS:
+    for number, label, cell in RESULTS_ROWS:
         first = next((by_seed[s][number] for s in seeds if number in by_seed[s]), None)
         cells = [cell(by_seed[s][number]) if number in by_seed[s] else "–" for s in seeds]
         lines.append(f"| {number} | {_label(label, first)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+RESULTS_DOC = "docs/results.md"
+"""where ``make seeds`` writes the results table, relative to the repository root"""
+TABLE_START = "<!-- make seeds writes the table below (course_tools/seeds.py); edit the rows there -->"
+TABLE_END = "<!-- end of the table make seeds writes -->"
+
+
+def write_results_table(doc: Path, table: str) -> None:
+    """Put ``table`` between ``doc``'s two markers (:data:`TABLE_START`, :data:`TABLE_END`), keeping the rest of it."""
+    text = doc.read_text(encoding="utf-8")
+    if text.count(TABLE_START) != 1 or text.count(TABLE_END) != 1:
+        raise ValueError(f"{doc}: expected one {TABLE_START!r} and one {TABLE_END!r}")
+    head, rest = text.split(TABLE_START, 1)
+    tail = rest.split(TABLE_END, 1)[1]
+    doc.write_text(f"{head}{TABLE_START}\n{table}{TABLE_END}{tail}", encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -201,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--build", default=str(root / "build"))
     parser.add_argument("--report-only", action="store_true", help="tabulate finished runs; run nothing")
     parser.add_argument("--notebooks", nargs="*", default=[], help="run only these notebooks (default: all)")
+    parser.add_argument("--results-doc", default=str(root / RESULTS_DOC),
+                        help="the page whose results table to rewrite ('' leaves it alone)")
     args = parser.parse_args(argv)
     artifacts, build = Path(args.artifacts), Path(args.build)
     failed, seconds, records, failed_nbs = [], {}, {}, {}
@@ -218,9 +238,13 @@ def main(argv: list[str] | None = None) -> int:
         records[seed] = load_results(art / "results") if (art / "results").is_dir() else []
         failed_nbs[seed] = failed_notebooks(out)
     build.mkdir(parents=True, exist_ok=True)
-    (build / "SEEDS.md").write_text(seeds_markdown(records, seconds, failed_nbs) + "\n## The README's table\n\n"
-                                    + readme_table(records), encoding="utf-8")
+    table = results_table(records)
+    (build / "SEEDS.md").write_text(seeds_markdown(records, seconds, failed_nbs)
+                                    + f"\n## The table of {RESULTS_DOC}\n\n" + table, encoding="utf-8")
     print(f"wrote {build / 'SEEDS.md'}" + (f"; a notebook failed at seeds {failed}" if failed else ""))
+    if args.results_doc:
+        write_results_table(Path(args.results_doc), table)
+        print(f"wrote the results table of {args.results_doc} (git diff shows what moved)")
     return 1 if failed else 0
 
 

@@ -160,30 +160,51 @@ def test_seeds_table_lists_each_seed_and_the_range():
 
 def test_seeds_report_only_reads_each_seed_folder(tmp_path):
     from course_tools import seeds
+    doc = tmp_path / "results.md"
+    doc.write_text(f"# Results\n\nabove\n\n{seeds.TABLE_START}\n| old |\n{seeds.TABLE_END}\n\nbelow\n")
     for seed, after in ((3, 0.25), (5, 0.5)):
         art, _ = seeds.seed_folders(seed, tmp_path / "artifacts", tmp_path / "build")
         (art / "results").mkdir(parents=True)
         (art / "results" / "05_ppo.json").write_text(json.dumps(_record("05_ppo", seed, after)), encoding="utf-8")
     assert seeds.main(["--report-only", "3", "5", "--artifacts", str(tmp_path / "artifacts"),
-                       "--build", str(tmp_path / "build")]) == 0
+                       "--build", str(tmp_path / "build"), "--results-doc", str(doc)]) == 0
     (tmp_path / "build" / "seeds" / "s5").mkdir(parents=True)
     (tmp_path / "build" / "seeds" / "s5" / "RESULTS.md").write_text("x\n**Failed:** 05_ppo.ipynb, 07_grpo.ipynb\n")
     assert seeds.main(["--report-only", "3", "5", "--artifacts", str(tmp_path / "artifacts"),
-                       "--build", str(tmp_path / "build")]) == 0
+                       "--build", str(tmp_path / "build"), "--results-doc", str(doc)]) == 0
     text = (tmp_path / "build" / "SEEDS.md").read_text()
     assert "| 05_ppo | accuracy | 0.1 → 0.25 | 0.1 → 0.5 | 0.25 – 0.5 |" in text
     assert "05_ppo.ipynb at seed 5, 07_grpo.ipynb at seed 5" in text
-    assert "## The README's table" in text and "| 05 | PPO against the rule-based verifier" in text
+    assert "## The table of docs/results.md" in text and "| 05 | PPO against the rule-based verifier" in text
+    page = doc.read_text()                               # the page's table rewritten, the prose around it kept
+    assert page.startswith("# Results\n\nabove\n\n") and page.endswith(f"{seeds.TABLE_END}\n\nbelow\n")
+    assert "| old |" not in page and "| # | run | seed 3 | seed 5 |" in page
+    assert page.count("| 05 | PPO against the rule-based verifier") == 1
 
 
-def test_the_readme_table_takes_each_cell_and_step_count_from_the_records():
-    from course_tools.seeds import README_ROWS, readme_table
+def test_the_results_page_holds_the_rows_make_seeds_writes():
+    """docs/results.md's table, between the markers, has RESULTS_ROWS's rows in order (a label's ``{step count}``
+    read from the runs), one column per seed: what ``make seeds`` would write there."""
+    from course_tools.seeds import RESULTS_DOC, RESULTS_ROWS, TABLE_END, TABLE_START
+    page = (ROOT / RESULTS_DOC).read_text(encoding="utf-8")
+    lines = page.split(TABLE_START, 1)[1].split(TABLE_END, 1)[0].strip("\n").splitlines()
+    seeds = re.findall(r"\| seed (\d+)", lines[0])
+    assert seeds and lines[0] == "| # | run | " + " | ".join(f"seed {s}" for s in seeds) + " |"
+    assert len(lines) == 2 + len(RESULTS_ROWS)
+    for line, (number, label, _) in zip(lines[2:], RESULTS_ROWS):
+        pattern = "".join("[^|]+?" if part.startswith("{") else re.escape(part)
+                          for part in re.split(r"(\{[^{}]+\})", label))
+        assert re.fullmatch(rf"\| {number} \| {pattern} \|" + r"( [^|]+ \|)" * len(seeds), line), line
+
+
+def test_the_results_table_takes_each_cell_and_step_count_from_the_records():
+    from course_tools.seeds import RESULTS_ROWS, results_table
     ppo = lambda seed, after, steps: dict(_record("05_ppo", seed, after), extra={"verifier_steps": steps})
-    text = readme_table({1234: [ppo(1234, 0.625, 60)], 7: [ppo(7, 0.875, 80)]})
+    text = results_table({1234: [ppo(1234, 0.625, 60)], 7: [ppo(7, 0.875, 80)]})
     lines = text.splitlines()
-    assert lines[0] == "| # | run | seed 1234 | seed 7 |" and len(lines) == 2 + len(README_ROWS)
+    assert lines[0] == "| # | run | seed 1234 | seed 7 |" and len(lines) == 2 + len(RESULTS_ROWS)
     row = next(line for line in lines if "rule-based verifier" in line)
     assert row == "| 05 | PPO against the rule-based verifier, 60 steps | 10.0% → 62.5% | 10.0% → 87.5% |"  # first seed's steps
     dpo = next(line for line in lines if line.startswith("| 06 | DPO on self-generated"))
     assert dpo.endswith("? steps | – | – |")              # no record: a dash per seed, never a number made up
-    assert {n for n, *_ in README_ROWS} == {f"{i:02d}" for i in range(2, 13) if i not in (3, 4)}
+    assert {n for n, *_ in RESULTS_ROWS} == {f"{i:02d}" for i in range(2, 13) if i not in (3, 4)}

@@ -1,5 +1,6 @@
 """Repository-level rules: notebooks ship without outputs, the README map is current, CI runs the tests."""
 import json
+import os
 import re
 from pathlib import Path
 
@@ -213,3 +214,41 @@ def test_no_lab_history_in_the_packages():
     found = [f"{path.relative_to(ROOT)}:{finding}" for path in paths
              for finding in lab_history(path.read_text(encoding="utf-8"))]
     assert not found, "what and why in code, lab history in the docs:\n" + "\n".join(found)
+
+
+README_MAX_LINES = 250
+"""the README says what the course is and how to run it; everything else is a page of docs/"""
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+PENDING_PAGES = {"docs/compatibility.md", "docs/vllm-cpu.md"}
+"""pages being written elsewhere, linked before they land: a link to one may dangle until it exists"""
+
+
+def test_the_readme_is_short():
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines: move a topic to docs/"
+
+
+def relative_links(path: Path) -> list[str]:
+    """The targets of the Markdown links and images of ``path`` that point into the repository (no URL, no
+    in-page anchor), without their ``#anchor``; fenced code blocks and code spans are left out."""
+    text = re.sub(r"^```.*?^```", "", path.read_text(encoding="utf-8"), flags=re.S | re.M)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    targets = re.findall(r"\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)", text)
+    return [t.split("#", 1)[0] for t in targets
+            if not re.match(r"[a-z][a-z0-9+.-]*:", t) and not t.startswith("#")]
+
+
+@pytest.mark.parametrize("path", [ROOT / "README.md", *DOCS], ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_points_to_a_file(path):
+    links = relative_links(path)
+    assert links or path.name != "README.md"
+    missing = [link for link in links if not (path.parent / link).exists()
+               and Path(os.path.relpath(path.parent / link, ROOT)).as_posix() not in PENDING_PAGES]
+    assert not missing, f"{path.relative_to(ROOT)} links to files that do not exist: {missing}"
+
+
+def test_the_docs_index_lists_every_page_and_the_readme_links_the_index():
+    index = relative_links(ROOT / "docs" / "README.md")
+    pages = {p.name for p in DOCS if p.name != "README.md"} | {Path(p).name for p in PENDING_PAGES}
+    assert pages <= set(index), f"docs/README.md does not list {sorted(pages - set(index))}"
+    assert "docs/README.md" in relative_links(ROOT / "README.md")
