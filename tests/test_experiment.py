@@ -222,6 +222,10 @@ def test_checks_print_every_condition_and_assert_them_together(capsys):
     assert "NOT CHECKED" in capsys.readouterr().out
     with pytest.raises(ValueError):
         experiment.Checks(Params(), Params, profile).done()
+    anywhere = experiment.Checks(always=True)
+    anywhere.holds("a NumPy fact", False)
+    with pytest.raises(AssertionError, match="a NumPy fact"):
+        anywhere.done()
 
 
 def test_errors_removed_measures_a_gain_near_the_ceiling():
