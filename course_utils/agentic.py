@@ -429,6 +429,25 @@ def evaluate_tool_use(model, tokenizer, problems: list[dict], *, with_tool: bool
             "n": n, "correct": correct, "rollouts": rows}
 
 
+def copying_skill(tokenizer, problems: list[dict], *, max_completion_length: int, max_calls: int = 1,
+                  min_called_share: float = 0.1):
+    """The skill a cold start must have before GRPO: a measure ``model -> float`` for
+    :class:`~course_utils.training.CriterionCallback`.
+
+    It is the share of ``problems`` (validation problems) answered right among those on which the model called the
+    calculator, greedy: calls that copy the question's numbers into ``calc(expr=…)``. GRPO reinforces what the policy
+    samples; calls with wrong numbers earn nothing, so there is nothing to reinforce. A model that calls on fewer than
+    ``min_called_share`` of the problems scores 0 (a few lucky calls are no skill).
+    """
+    def measure(model) -> float:
+        result = evaluate_tool_use(model, tokenizer, problems, max_completion_length=max_completion_length,
+                                   max_calls=max_calls)
+        if result["called_share"] < min_called_share:
+            return 0.0
+        return float(result["called_accuracy"])
+    return measure
+
+
 def figures(result: dict) -> dict:
     """The scalar figures of an :func:`evaluate_tool_use` result (for ``experiment.Runs.add``)."""
     return {k: result[k] for k in ("accuracy", "calls", "failed_calls", "called_share", "called_accuracy")}

@@ -333,11 +333,25 @@ class AgenticRecipe:
     direct_share: float = 0.5
     """share of them that answer directly, without the tool (the habit of a model that never had one); the rest call
     it (question -> call -> result -> answer)"""
-    sft_steps: int = 600
-    """cold-start SFT steps (batch 32). Copying the numbers into the call is learned late and suddenly, so the cold
-    start needs many steps (and many demonstrations: a few hundred leave the calls' numbers wrong)"""
+    sft_max_steps: int = 1500
+    """cap on the cold start's SFT steps (batch 32). It stops earlier, at the first check where its calls copy the
+    question's numbers right often enough (``skill_target``): that skill is learned late and suddenly, at a step that
+    varies with the seed, so any fixed count of steps is too few at some seeds. Past the cap the notebook stops and
+    names the cause: GRPO would get a policy with nothing to reinforce"""
+    sft_schedule: str = "constant"
+    """the cold start's learning-rate schedule: constant after the warm-up, so the learning rate the skill arrives at
+    does not depend on when it arrives (a cosine over fewer steps would have decayed before it at a slow seed)"""
     sft_learning_rate: float = 1e-3
-    """peak learning rate of the cold start (cosine)"""
+    """peak learning rate of the cold start"""
+    skill_target: float = 0.9
+    """the cold start stops once it is right on this share of the validation problems it calls the tool on"""
+    check_every: int = 100
+    """cold-start steps between two measurements of the skill"""
+    check_problems: int = 100
+    """validation problems the skill is measured on (greedy, with the tool)"""
+    unskilled_below: float = 0.2
+    """section 6's cold start without the skill: the last check at which the calls were right on fewer than this
+    share of the problems called on"""
     steps: int = 40
     """GRPO steps (one generation batch each): enough for the rollouts to call the tool on nearly every prompt well
     before the last step"""
@@ -358,11 +372,12 @@ class AgenticRecipe:
     max_calls: int = 1
     """rounds of tool calls per rollout (TRL's max_tool_calling_iterations)"""
     side_steps: int = 30
-    """GRPO steps of each 'what goes wrong' run (the tool mask off; a reward for calling)"""
+    """GRPO steps of each 'what goes wrong' run (the tool mask off; a reward for calling; a start without the
+    skill)"""
 
     GPU: ClassVar[dict] = {"sft_learning_rate": 2e-5, "learning_rate": 5e-6, "max_completion_length": 512}
-    SMOKE: ClassVar[dict] = {"demonstrations": 16, "sft_steps": 4, "steps": 2,
-                             "prompts_per_step": 2, "num_generations": 4, "side_steps": 2}
+    SMOKE: ClassVar[dict] = {"demonstrations": 16, "sft_max_steps": 4, "check_every": 2, "check_problems": 4,
+                             "steps": 2, "prompts_per_step": 2, "num_generations": 4, "side_steps": 2}
 
 
 @dataclass(frozen=True)

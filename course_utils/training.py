@@ -395,17 +395,23 @@ class CriterionCallback(TrainerCallback):
     ``measure(model) -> float`` is the skill (a share on validation problems, say); ``curve`` is a list of ``(step,
     value)``, starting with step 0 (before training). With ``stop_at``, training stops at the first measurement that
     reaches it, and ``stopped_at`` is that step (else None). :meth:`require` then fails loudly where the trainer's
-    step cap came first: a later stage never receives a model without the skill it needs.
+    step cap came first: a later stage never receives a model without the skill it needs. With ``keep_below``,
+    ``kept`` is ``(step, value, state_dict)`` of the last measurement below it: the model just before the skill, for
+    a lesson on what a later stage does without it.
     """
 
-    def __init__(self, measure: Callable, *, every: int, stop_at: float | None = None, name: str = "the skill"):
+    def __init__(self, measure: Callable, *, every: int, stop_at: float | None = None, name: str = "the skill",
+                 keep_below: float | None = None):
         self.measure, self.every, self.stop_at, self.name = measure, every, stop_at, name
         self.stopped_at = None
         self.curve: list[tuple[int, float]] = []
+        self.keep_below, self.kept = keep_below, None
 
     def _measure(self, step, model) -> float:
         value = float(self.measure(model))
         self.curve.append((step, value))
+        if self.keep_below is not None and value < self.keep_below:   # the latest model still without the skill
+            self.kept = (step, value, {k: v.detach().cpu().clone() for k, v in model.state_dict().items()})
         return value
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
@@ -418,14 +424,19 @@ class CriterionCallback(TrainerCallback):
                 self.stopped_at = state.global_step
                 control.should_training_stop = True
 
-    def require(self, why: str = "") -> int:
-        """The step the criterion was reached at; a RuntimeError naming the skill, the best value and ``why`` (what a
-        later stage needs it for) where training ended without it."""
+    def require(self, why: str = "", strict: bool = True) -> int | None:
+        """The step the criterion was reached at; where training ended without it, a RuntimeError naming the skill,
+        the best value and ``why`` (what a later stage needs it for). ``strict=False`` (a smoke run of random
+        weights, say) prints the message instead."""
         if self.stop_at is None or self.stopped_at is not None:
             return self.stopped_at
         best_step, best = max(self.curve, key=lambda point: point[1]) if self.curve else (0, float("nan"))
-        raise RuntimeError(f"{self.name} did not reach {self.stop_at:.0%} within the step cap: best {best:.1%} at step "
-                           f"{best_step} (measured every {self.every} steps: {self.curve}). {why}")
+        message = (f"{self.name} did not reach {self.stop_at:.0%} within the step cap: best {best:.1%} at step "
+                   f"{best_step} (measured every {self.every} steps: {self.curve}). {why}")
+        if strict:
+            raise RuntimeError(message)
+        print("NOT REACHED: " + message)
+        return None
 
 
 class AccuracyCallback(CriterionCallback):
