@@ -27,8 +27,9 @@ import sys
 import time
 from pathlib import Path
 
-from course_utils.course import (COURSE_REPO_ENV, NOTEBOOKS, NotebookInfo, course_repo, glossary_table, hosted_url, install_cell,
-                     install_extra, needs_gpu, notebook_table)
+from course_utils import course
+from course_utils.course import (COURSE_REPO_ENV, NOTEBOOKS, NotebookInfo, course_repo, glossary_table, hosted_url,
+                                 install_extra, needs_gpu, notebook_table)
 from course_utils.paths import repo_root
 
 BOOK_FILES = "book"
@@ -267,6 +268,32 @@ def build(executed_dir: Path, out_dir: Path, numbers: list[str] | None = None,
     return out_dir / "index.html"
 
 
+def install_cell(extra: str = "") -> str:
+    """The source of a notebook's first code cell: on a hosted notebook service, where ``course_utils`` is missing, it
+    clones the course (env ``COURSE_REPO``, else :data:`course_utils.course.COURSE_REPO`) and installs it with pip (``extra``: an
+    optional dependency group, ``"gpu"`` for notebook 11); anywhere the course is installed it does nothing. It
+    cannot import the course, so it is plain code, the same in every notebook (``tests/test_repo.py``)."""
+    target = f"course[{extra}]" if extra else "course"
+    url = f"https://github.com/{course.COURSE_REPO}" if course.COURSE_REPO else ""
+    return "\n".join([
+        "# Opened on a hosted notebook service without the course? This installs it first (a clone of its repository:",
+        "# set COURSE_REPO to its git URL if the line below has none). Where the course is installed it does nothing.",
+        "import importlib.util",
+        "import os",
+        "import subprocess",
+        "import sys",
+        "",
+        'if importlib.util.find_spec("course_utils") is None:',
+        f'    COURSE_REPO = os.environ.get("{COURSE_REPO_ENV}", "{url}")',
+        "    if not COURSE_REPO:",
+        '        raise RuntimeError("course_utils is missing: set COURSE_REPO (env var or this cell) to the course\'s git URL")',
+        '    subprocess.run(["git", "clone", "--depth", "1", COURSE_REPO, "course"], check=True)',
+        f'    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "{target}"], check=True)',
+        '    sys.path.insert(0, os.path.abspath("course"))',
+        '    os.chdir("course/notebooks")   # artifacts/ and data/ are found from the repository',
+    ])
+
+
 INSTALL_CELL_ID = "install-course"
 INSTALL_CELL_METADATA = {"jupyter": {"source_hidden": True}, "tags": ["remove-cell"]}
 """the install cell is collapsed in JupyterLab and left out of the book: the first code a learner reads is the lesson's"""
@@ -278,7 +305,7 @@ def _has_install_metadata(cell) -> bool:
 
 
 def sync_install_cells(root: Path | None = None) -> list[str]:
-    """Make every notebook's first code cell :func:`course.install_cell` with :data:`INSTALL_CELL_METADATA` (inserted
+    """Make every notebook's first code cell :func:`install_cell` with :data:`INSTALL_CELL_METADATA` (inserted
     after the title cell where it is missing, rewritten where it differs); return the notebooks changed."""
     import nbformat
     changed = []
@@ -318,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--screenshots", help="also save PNGs of the front page and of 07 to this folder")
     parser.add_argument("--figure", action="store_true", help=f"redraw {PIPELINE_FIGURE} (the cover and the README's)")
     parser.add_argument("--sync-install-cells", action="store_true",
-                        help="write course.install_cell() into every notebook (after changing course.COURSE_REPO)")
+                        help="write install_cell() into every notebook (after changing course.COURSE_REPO)")
     args = parser.parse_args(argv)
     if args.figure:
         print("drew", draw_pipeline_figure())

@@ -13,7 +13,7 @@ rollout loop written out so that its masks can be compared with TRL's own (``_to
   construction for a template it does not know, so the course sets its own); :func:`use_tool_format` installs both.
 * :func:`calc`: the tool. It never raises and never hangs on any input: arithmetic only, read with ``ast`` (never
   ``eval``), inputs and results bounded; anything else returns ``"error"``.
-* :func:`read_calls`, :func:`run_call`, :func:`tool_suffix_ids`, :func:`rollout`: the loop itself — generate until
+* :func:`read_calls`, :func:`run_call`, :func:`tool_suffix_ids`, :func:`tool_rollout`: the loop itself — generate until
   the turn ends, run the calls it holds, append their results as the template writes them, continue, at most
   ``max_calls`` rounds — with the completion's **tool mask**: 0 on the tokens the tool wrote (the policy did not
   choose them), 1 on the model's. It follows TRL's ``_tool_call_loop`` rule for rule (calls read by TRL's parser
@@ -211,7 +211,7 @@ def tool_suffix_ids(tokenizer, tool_messages: list[dict]) -> list[int]:
 
 
 @dataclass
-class Rollout:
+class ToolRollout:
     """One multi-turn completion.
 
     ``completion_ids``: every token after the prompt, the model's and the tool's; ``tool_mask``: 1 where the model
@@ -227,9 +227,9 @@ class Rollout:
     truncated: bool = False
 
 
-def rollout(generate_fn: Callable[[list[list[int]], int], list[list[int]]], tokenizer, prompt_ids: list[list[int]],
-            tools: dict[str, Callable], *, max_completion_length: int, max_calls: int = 1,
-            max_positions: int | None = None) -> list[Rollout]:
+def tool_rollout(generate_fn: Callable[[list[list[int]], int], list[list[int]]], tokenizer,
+                 prompt_ids: list[list[int]], tools: dict[str, Callable], *, max_completion_length: int,
+                 max_calls: int = 1, max_positions: int | None = None) -> list[ToolRollout]:
     """The multi-turn rollout of agentic RL, for a batch of prompts.
 
     ``generate_fn(inputs, max_new_tokens)`` continues each id list of ``inputs`` (a model's greedy or sampled
@@ -240,7 +240,7 @@ def rollout(generate_fn: Callable[[list[list[int]], int], list[list[int]]], toke
     would not fit in ``max_completion_length`` (or would bring prompt and completion to ``max_positions``, the model's
     context) stops there, as TRL's loop stops it; the last turn is cut to fit.
     """
-    rows = [Rollout(prompt_ids=list(p)) for p in prompt_ids]
+    rows = [ToolRollout(prompt_ids=list(p)) for p in prompt_ids]
     new = generate_fn([list(p) for p in prompt_ids], max_completion_length)
     for row, ids in zip(rows, new):
         ids = list(ids)[:max_completion_length]
@@ -371,7 +371,7 @@ def call_reward(completions, **kwargs) -> list[float]:
 
 
 def greedy_generate_fn(model, tokenizer, batch_size: int = 100) -> Callable[[list[list[int]], int], list[list[int]]]:
-    """A ``generate_fn`` for :func:`rollout`: greedy continuations (``model.generate``, left-padded batches), each
+    """A ``generate_fn`` for :func:`tool_rollout`: greedy continuations (``model.generate``, left-padded batches), each
     cut after its first end-of-turn token."""
     import torch
 
@@ -403,7 +403,7 @@ def tool_prompt_ids(tokenizer, question: str, with_tool: bool = True) -> list[in
                                               tokenize=True, return_dict=False))
 
 
-def last_turn(tokenizer, row: Rollout) -> str:
+def last_turn(tokenizer, row: ToolRollout) -> str:
     """The text of a rollout's last assistant turn (after the last tool result, if any)."""
     return tokenizer.decode(row.completion_ids, skip_special_tokens=False).split("<|im_start|>assistant\n")[-1]
 
@@ -417,7 +417,7 @@ def evaluate_tool_use(model, tokenizer, problems: list[dict], *, with_tool: bool
     calls and failed calls per problem, the share of problems with a call and the accuracy on those (NaN: none).
     """
     prompts = [tool_prompt_ids(tokenizer, p["question"], with_tool) for p in problems]
-    rows = rollout(greedy_generate_fn(model, tokenizer), tokenizer, prompts, {"calc": calc} if with_tool else {},
+    rows = tool_rollout(greedy_generate_fn(model, tokenizer), tokenizer, prompts, {"calc": calc} if with_tool else {},
                    max_completion_length=max_completion_length, max_calls=max_calls if with_tool else 0,
                    max_positions=getattr(model.config, "max_position_embeddings", None))
     correct = [extract_answer(last_turn(tokenizer, r)) == p["answer"] for p, r in zip(problems, rows)]
@@ -467,10 +467,10 @@ def logp_by_source(logps, batch: dict, tokenizer) -> dict:
 
 
 # --------------------------------------------------------------------------- TRL's side, for comparison
-def trl_rollouts(batch: dict) -> list[Rollout]:
+def trl_rollouts(batch: dict) -> list[ToolRollout]:
     """The rows of a TRL generation batch (``grpo.trl_generation_batch`` on a ``GRPOTrainer`` with tools) as
-    :class:`Rollout` s: each prompt without its left padding, each completion up to its mask's end, with TRL's
-    ``tool_mask`` (all ones where TRL returned none), so that they compare with :func:`rollout`'s."""
+    :class:`ToolRollout` s: each prompt without its left padding, each completion up to its mask's end, with TRL's
+    ``tool_mask`` (all ones where TRL returned none), so that they compare with :func:`tool_rollout`'s."""
     rows = []
     tool_mask = batch.get("tool_mask")
     for i in range(batch["completion_ids"].size(0)):
@@ -478,7 +478,7 @@ def trl_rollouts(batch: dict) -> list[Rollout]:
         n = int(batch["completion_mask"][i].sum())
         ids = batch["completion_ids"][i][:n].tolist()
         mask = tool_mask[i][:n].tolist() if tool_mask is not None else [1] * n
-        rows.append(Rollout(prompt_ids=prompt, completion_ids=ids, tool_mask=[int(m) for m in mask]))
+        rows.append(ToolRollout(prompt_ids=prompt, completion_ids=ids, tool_mask=[int(m) for m in mask]))
     return rows
 
 
@@ -497,7 +497,7 @@ def no_tool_mask_class(base):
     return NoToolMaskGRPOTrainer
 
 
-def rollout_batch(rows: list[Rollout], pad_id: int) -> dict:
+def rollout_batch(rows: list[ToolRollout], pad_id: int) -> dict:
     """Rollouts as tensors in TRL's layout: ``prompt_ids``/``prompt_mask`` left-padded, ``completion_ids``/
     ``completion_mask``/``tool_mask`` right-padded (``tool_mask`` 1 on padding, as TRL pads it). With
     ``grpo.batch_logps`` it gives the per-token log-probs of the course's own rollouts."""

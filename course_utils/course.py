@@ -98,36 +98,10 @@ COURSE_REPO_ENV = "COURSE_REPO"
 """the environment variable that overrides :data:`COURSE_REPO` (an install cell reads it too)"""
 COURSE_REPO = ""
 """The course's public git repository as ``owner/name`` on GitHub, the one setting the hosted entry points read: every
-notebook's install cell (:func:`install_cell`) clones it, and the book and the README link each chapter to a hosted
+notebook's install cell (:func:`course_tools.book.install_cell`) clones it, and the book and the README link each chapter to a hosted
 notebook service with it. Empty while the course has no fixed public home: set it when you publish a copy, then run
 ``python -m course_tools.book --sync-install-cells`` (a test checks the cells against it); env ``COURSE_REPO``
 overrides it for a notebook's install and for ``make book``."""
-
-
-def install_cell(extra: str = "") -> str:
-    """The source of a notebook's first code cell: on a hosted notebook service, where ``course_utils`` is missing, it
-    clones the course (env ``COURSE_REPO``, else :data:`COURSE_REPO`) and installs it with pip (``extra``: an
-    optional dependency group, ``"gpu"`` for notebook 11); anywhere the course is installed it does nothing. It
-    cannot import the course, so it is plain code, the same in every notebook (``tests/test_repo.py``)."""
-    target = f"course[{extra}]" if extra else "course"
-    url = f"https://github.com/{COURSE_REPO}" if COURSE_REPO else ""
-    return "\n".join([
-        "# Opened on a hosted notebook service without the course? This installs it first (a clone of its repository:",
-        "# set COURSE_REPO to its git URL if the line below has none). Where the course is installed it does nothing.",
-        "import importlib.util",
-        "import os",
-        "import subprocess",
-        "import sys",
-        "",
-        'if importlib.util.find_spec("course_utils") is None:',
-        f'    COURSE_REPO = os.environ.get("{COURSE_REPO_ENV}", "{url}")',
-        "    if not COURSE_REPO:",
-        '        raise RuntimeError("course_utils is missing: set COURSE_REPO (env var or this cell) to the course\'s git URL")',
-        '    subprocess.run(["git", "clone", "--depth", "1", COURSE_REPO, "course"], check=True)',
-        f'    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "{target}"], check=True)',
-        '    sys.path.insert(0, os.path.abspath("course"))',
-        '    os.chdir("course/notebooks")   # artifacts/ and data/ are found from the repository',
-    ])
 
 
 HOSTED_URL = "https://colab.research.google.com/github/{repo}/blob/main/notebooks/{filename}"

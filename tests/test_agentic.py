@@ -125,7 +125,7 @@ def test_rollout_masks_the_tool_tokens_and_caps_the_calls(tool_tokenizer):
              ["<tool_call>calc(1+1)</tool_call><|im_end|>", "<answer>2</answer><|im_end|>"]]
     generate_fn, prompts, calls = _scripted(tok, turns)
     prompts += [list(prompt(f"question {i}")) for i in range(4)]
-    rows = agentic.rollout(generate_fn, tok, prompts, {"calc": agentic.calc}, max_completion_length=96, max_calls=1)
+    rows = agentic.tool_rollout(generate_fn, tok, prompts, {"calc": agentic.calc}, max_completion_length=96, max_calls=1)
     a, b, c, d = rows
     # row a: call, tool turn (mask 0), answer (mask 1)
     text = tok.decode(a.completion_ids)
@@ -149,7 +149,7 @@ def test_rollout_stops_a_row_whose_tool_turn_would_not_fit(tool_tokenizer):
     generate_fn, prompts, _ = _scripted(tok, [["<tool_call>calc(expr=347+586)</tool_call><|im_end|>"]])
     prompts.append([1, 2, 3])
     first = len(tok("<tool_call>calc(expr=347+586)</tool_call><|im_end|>", add_special_tokens=False)["input_ids"])
-    (row,) = agentic.rollout(generate_fn, tok, prompts, {"calc": agentic.calc}, max_completion_length=first + 5)
+    (row,) = agentic.tool_rollout(generate_fn, tok, prompts, {"calc": agentic.calc}, max_completion_length=first + 5)
     assert row.truncated and row.calls == 1 and len(row.completion_ids) == first and set(row.tool_mask) == {1}
 
 
@@ -160,12 +160,12 @@ def test_rollout_respects_the_context_and_a_full_budget(tool_tokenizer):
     suffix = len(agentic.tool_suffix_ids(tok, [{"role": "tool", "name": "calc", "content": "933"}]))
     generate_fn, prompts, calls = _scripted(tok, [[turn]])
     prompts.append([1, 2, 3])
-    (row,) = agentic.rollout(generate_fn, tok, prompts, {"calc": agentic.calc}, max_completion_length=200,
+    (row,) = agentic.tool_rollout(generate_fn, tok, prompts, {"calc": agentic.calc}, max_completion_length=200,
                              max_positions=3 + first + suffix)   # the tool turn would reach the model's context
     assert row.truncated and set(row.tool_mask) == {1} and calls["n"] == 1
     generate_fn, prompts, calls = _scripted(tok, [[turn]])
     prompts.append([1, 2, 3])
-    (row,) = agentic.rollout(generate_fn, tok, prompts, {"calc": agentic.calc}, max_completion_length=first + suffix)
+    (row,) = agentic.tool_rollout(generate_fn, tok, prompts, {"calc": agentic.calc}, max_completion_length=first + suffix)
     assert row.tool_mask == [1] * first + [0] * suffix and calls["n"] == 1   # no generation of 0 new tokens
 
 
@@ -214,7 +214,7 @@ def test_rollout_batch_and_trl_rollouts_round_trip(tool_tokenizer):
              ["<answer>12</answer><|im_end|>"]]
     generate_fn, prompts, _ = _scripted(tok, turns)
     prompts += [agentic.tool_prompt_ids(tok, "What is 347 plus 586?"), agentic.tool_prompt_ids(tok, "Add 1 and 2.")]
-    rows = agentic.rollout(generate_fn, tok, prompts, {"calc": agentic.calc}, max_completion_length=96)
+    rows = agentic.tool_rollout(generate_fn, tok, prompts, {"calc": agentic.calc}, max_completion_length=96)
     batch = agentic.rollout_batch(rows, tok.pad_token_id)
     assert batch["completion_ids"].shape == batch["tool_mask"].shape == batch["completion_mask"].shape
     assert batch["prompt_mask"][1, 0] == 0 or len(prompts[1]) == len(prompts[0])   # prompts padded on the left
@@ -267,7 +267,7 @@ def test_logp_by_source_splits_the_model_the_tool_and_its_digits(tool_tokenizer)
     generate_fn, prompts, _ = _scripted(tok, [["<tool_call>calc(expr=347+586)</tool_call><|im_end|>",
                                                "<answer>933</answer><|im_end|>"]])
     prompts.append(agentic.tool_prompt_ids(tok, "What is 347 plus 586?"))
-    rows = agentic.rollout(generate_fn, tok, prompts, {"calc": agentic.calc}, max_completion_length=96)
+    rows = agentic.tool_rollout(generate_fn, tok, prompts, {"calc": agentic.calc}, max_completion_length=96)
     batch = agentic.rollout_batch(rows, tok.pad_token_id)
     tokens = tok.convert_ids_to_tokens(rows[0].completion_ids)
     logps = torch.tensor([[-1.0 if m else (-5.0 if t.isdigit() else -3.0)

@@ -138,7 +138,7 @@ def test_sync_install_cells_inserts_once_and_keeps_the_rest(tmp_path):
     assert book.sync_install_cells(tmp_path) == [original.name]
     synced = json.loads((tmp_path / "notebooks" / original.name).read_text(encoding="utf-8"))
     assert len(synced["cells"]) == len(nb["cells"]) + 1 and synced["cells"][1]["id"] == book.INSTALL_CELL_ID
-    assert "".join(synced["cells"][1]["source"]) == course.install_cell()
+    assert "".join(synced["cells"][1]["source"]) == book.install_cell()
     assert synced["cells"][1]["metadata"] == book.INSTALL_CELL_METADATA
     assert book.sync_install_cells(tmp_path) == []    # already in place: nothing changes
     synced["cells"][1]["metadata"] = {}                 # a cell that lost its metadata gets it back
