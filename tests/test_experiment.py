@@ -48,21 +48,25 @@ def test_params_must_be_the_dataclass():
         experiment.calibrated({"steps": 1}, Params, CPU)
 
 
-def test_every_calibrated_check_cell_uses_the_one_rule():
-    """02, 03 and 05-11 assert thresholds measured at the defaults; 01 and 04 assert only what holds for any
-    parameters (pretraining beats the unigram baseline; the toy RL facts), so they assert unconditionally."""
+def test_every_check_cell_uses_the_one_rule():
+    """Every notebook but 00 has one check cell, built on ``experiment.Checks``: 02, 03 and 05-12 assert thresholds
+    measured at the defaults (``Checks(P, Params, profile)``); 01 and 04 assert only what holds for any parameters
+    (pretraining beats the unigram baseline; the toy RL facts), so they assert everywhere (``always=True``). No cell
+    decides by hand when to assert, and every condition prints."""
     import json
     from pathlib import Path
     root = Path(__file__).resolve().parents[1]
-    for path in sorted((root / "notebooks").glob("*.ipynb")):
+    for path in sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         code = "\n".join("".join(c["source"]) for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
                          if c["cell_type"] == "code")
-        if path.stem[:2] in ("00", "01", "04"):
-            assert "experiment.calibrated" not in code, path.name
-            continue
-        assert code.count("experiment.calibrated(P, Params, profile)") == 1, path.name
-        assert "experiment.not_checked(P, Params, profile)" in code, path.name
+        assert "experiment.calibrated" not in code and "experiment.not_checked" not in code, path.name
         assert "P == Params()" not in code and "NOT CHECKED: " not in code, path.name
+        if path.stem[:2] == "00":
+            assert "experiment.Checks(" not in code, path.name
+            continue
+        rule = "experiment.Checks(always=True)" if path.stem[:2] in ("01", "04") else "experiment.Checks(P, Params, profile)"
+        assert code.count("experiment.Checks(") == code.count(rule) == 1, path.name
+        assert code.count("checks.done()") == 1, path.name
 
 
 # --------------------------------------------------------------------------- evaluate and Runs
