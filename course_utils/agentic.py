@@ -437,7 +437,8 @@ def copying_skill(tokenizer, problems: list[dict], *, max_completion_length: int
     It is the share of ``problems`` (validation problems) answered right among those on which the model called the
     calculator, greedy: calls that copy the question's numbers into ``calc(expr=…)``. GRPO reinforces what the policy
     samples; calls with wrong numbers earn nothing, so there is nothing to reinforce. A model that calls on fewer than
-    ``min_called_share`` of the problems scores 0 (a few lucky calls are no skill).
+    ``min_called_share`` of the problems scores 0 (a few lucky calls are no skill). Greedy decoding can understate a
+    skill that sampling already shows: a model that seldom calls when greedy may call, and copy right, at temperature 1.
     """
     def measure(model) -> float:
         result = evaluate_tool_use(model, tokenizer, problems, max_completion_length=max_completion_length,

@@ -350,9 +350,6 @@ class AgenticRecipe:
     """cold-start steps between two measurements of the skill"""
     check_problems: int = 100
     """validation problems the skill is measured on (greedy, with the tool)"""
-    unskilled_below: float = 0.1
-    """section 6's cold start without the skill: the last check at which the calls were right on fewer than this
-    share of the problems called on (or it hardly called)"""
     steps: int = 40
     """GRPO steps (one generation batch each): enough for the rollouts to call the tool on nearly every prompt well
     before the last step"""

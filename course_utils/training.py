@@ -395,23 +395,17 @@ class CriterionCallback(TrainerCallback):
     ``measure(model) -> float`` is the skill (a share on validation problems, say); ``curve`` is a list of ``(step,
     value)``, starting with step 0 (before training). With ``stop_at``, training stops at the first measurement that
     reaches it, and ``stopped_at`` is that step (else None). :meth:`require` then fails loudly where the trainer's
-    step cap came first: a later stage never receives a model without the skill it needs. With ``keep_below``,
-    ``kept`` is ``(step, value, state_dict)`` of the last measurement below it: the model just before the skill, for
-    a lesson on what a later stage does without it.
+    step cap came first: a later stage never receives a model without the skill it needs.
     """
 
-    def __init__(self, measure: Callable, *, every: int, stop_at: float | None = None, name: str = "the skill",
-                 keep_below: float | None = None):
+    def __init__(self, measure: Callable, *, every: int, stop_at: float | None = None, name: str = "the skill"):
         self.measure, self.every, self.stop_at, self.name = measure, every, stop_at, name
         self.stopped_at = None
         self.curve: list[tuple[int, float]] = []
-        self.keep_below, self.kept = keep_below, None
 
     def _measure(self, step, model) -> float:
         value = float(self.measure(model))
         self.curve.append((step, value))
-        if self.keep_below is not None and value < self.keep_below:   # the latest model still without the skill
-            self.kept = (step, value, {k: v.detach().cpu().clone() for k, v in model.state_dict().items()})
         return value
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
