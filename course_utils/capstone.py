@@ -39,6 +39,12 @@ REWARD_WEIGHTS = (3.0, 1.0, 1.0, 3.5)
 +0.5 / -1 per tag), tiered answer (its own +5 ... -4.5), numeric check 3.5 for a right number (the seed's)."""
 
 
+CLIP_EPSILON = 0.2
+"""GRPO's clip range, both sides: TRL's default ``epsilon`` (and ``epsilon_high``, which TRL's trainer takes equal to
+it when unset); :func:`grpo_config` sets it under unsloth's config, which widens the upper side to 0.28 under
+``loss_type="dapo"``."""
+
+
 def system_prompt(tags: Tags = SEED_TAGS) -> str:
     """The seed's system prompt for ``tags``."""
     return SEED_SYSTEM_PROMPT.format(**dict(zip(("think_open", "think_close", "answer_open", "answer_close"),
@@ -311,8 +317,9 @@ def api_drift(profile, output_dir) -> dict[str, str]:
     found["SFTTrainer(tokenizer=...)"] = ("present" if "tokenizer" in inspect.signature(SFTTrainer.__init__).parameters
                                           else "ABSENT")
     call = "GRPOConfig(max_prompt_length=256)"
-    if not GRPOConfig.__module__.startswith("trl."):      # unsloth's patch: its config drops the field with a notice
-        found[call] = f"not tried: GRPOConfig is unsloth's {GRPOConfig.__name__} from {GRPOConfig.__module__}"
+    if unsloth_patched(GRPOConfig):      # unsloth's patch: its config drops the field with a notice
+        found[call] = (f"not tried: GRPOConfig is unsloth's patched config ({GRPOConfig.__module__}."
+                       f"{GRPOConfig.__name__}, a subclass of TRL's)")
         return found
     try:
         GRPOConfig(output_dir=str(output_dir), max_prompt_length=256, **profile.trainer_kwargs())
@@ -320,6 +327,18 @@ def api_drift(profile, output_dir) -> dict[str, str]:
     except TypeError as error:
         found[call] = f"{type(error).__name__}: {error}"
     return found
+
+
+def unsloth_patched(config_class) -> bool:
+    """Whether ``config_class`` is unsloth's patched TRL config rather than TRL's own.
+
+    unsloth (imported on a GPU) puts a subclass of TRL's config in its place under the same module and name, so that
+    its objects pickle as TRL's: the name says nothing. What gives it away is the class it derives from, TRL's
+    original of the same name; or a module outside ``trl``.
+    """
+    parents = config_class.__mro__[1:]
+    return (not config_class.__module__.startswith("trl.")
+            or any(c.__name__ == config_class.__name__ and c.__module__.startswith("trl.") for c in parents))
 
 
 SEED_ARGUMENTS = (("GRPOConfig", "vllm_sampling_params"), ("GRPOConfig", "max_prompt_length"),
@@ -330,7 +349,12 @@ SEED_ARGUMENTS = (("GRPOConfig", "vllm_sampling_params"), ("GRPOConfig", "max_pr
 def vllm_sampling_kwargs(recipe, seed: int, eos_token: str) -> dict:
     """The seed's vLLM ``SamplingParams`` as keyword arguments (build with ``vllm.SamplingParams(**kw)``).
 
-    ``top_k=-1`` is vLLM's "off"; ``include_stop_str_in_output`` keeps the EOS in the text.
+    ``top_k=-1`` is vLLM's "off"; ``include_stop_str_in_output`` keeps the EOS in the text. ``seed`` is the seed's
+    3407 (here: ``seed``), and it is for showing only: a fixed ``seed`` in ``SamplingParams`` seeds every request
+    alike, and TRL's colocated vLLM sends each prompt ``num_generations`` times (one request each, ``n=1``), so every
+    completion of a group would be the same and its advantage zero. unsloth drops ``seed`` (with ``n``,
+    ``temperature``, ``max_tokens`` and ``logprobs``) from a user's ``vllm_sampling_params``
+    (``grpo_update_SamplingParams``); :func:`grpo_config` passes none.
     """
     return {"temperature": recipe.temperature, "min_p": recipe.min_p, "top_p": 1.0, "top_k": -1, "seed": seed,
             "stop": [eos_token], "include_stop_str_in_output": True}
@@ -341,13 +365,18 @@ def grpo_config(recipe, profile, output_dir, max_completion_length: int | None =
     """TRL 1.15 ``GRPOConfig`` for the capstone recipe, with TRL's own sampling fields.
 
     Plain TRL has no ``vllm_sampling_params`` (unsloth's patched config does): ``min_p``,
-    ``top_p``, ``top_k`` and ``temperature`` are TRL fields, and TRL stops at the EOS
-    token ids itself. ``remove_unused_columns=False`` hands the ``answer`` column to the
-    rewards. ``warmup_steps=0.1`` is a ratio (transformers 5 has no ``warmup_ratio``).
-    ``gradient_accumulation_steps`` and ``mask_truncated_completions`` are set even where
-    they equal TRL's defaults, and so are ``loss_type`` and ``beta``: unsloth's patched config
-    has other defaults (gradient accumulation 2; truncated completions masked under
-    ``dapo``), and the recipe must mean the same on both paths. ``overrides`` win.
+    ``top_p``, ``top_k`` and ``temperature`` are TRL fields, and no stop string is needed: with
+    vLLM (the GPU) generation stops at the model's EOS token, with ``generate`` (the CPU) at TRL's
+    EOS ids, and TRL masks every token after the first EOS. ``remove_unused_columns=False`` hands the
+    ``answer`` column to the rewards. ``warmup_steps=0.1`` is a ratio (transformers 5 has no ``warmup_ratio``).
+    ``gradient_accumulation_steps``, ``mask_truncated_completions``, ``loss_type`` and ``beta`` are set even
+    where they equal TRL's defaults, and under unsloth's patched config (:func:`unsloth_patched`) so is the clip
+    range ``epsilon`` / ``epsilon_high`` (:data:`CLIP_EPSILON`): that config has other defaults (gradient
+    accumulation 2; under an explicit ``loss_type="dapo"`` truncated completions masked and ``epsilon_high=0.28``,
+    DAPO's asymmetric clip), and the recipe's update must be the same on both paths. With ``use_vllm`` the importance-sampling correction for vLLM's sampling
+    (``vllm_importance_sampling_correction``, on in plain TRL) is set off, as unsloth's config has it: plain
+    TRL with vLLM then builds what unsloth runs. The CPU path samples with the trained model itself, so it has
+    no such correction to make. ``overrides`` win.
     """
     from trl import GRPOConfig
     kwargs = dict(
@@ -358,7 +387,9 @@ def grpo_config(recipe, profile, output_dir, max_completion_length: int | None =
         max_completion_length=max_completion_length or recipe.max_completion_length,
         reward_weights=list(REWARD_WEIGHTS), logging_steps=5, remove_unused_columns=False,
         gradient_accumulation_steps=1, mask_truncated_completions=False, loss_type="dapo", beta=recipe.beta)
+    if unsloth_patched(GRPOConfig):      # TRL's own config resolves epsilon_high to epsilon; unsloth's to 0.28
+        kwargs.update(epsilon=CLIP_EPSILON, epsilon_high=CLIP_EPSILON)
     if use_vllm:
-        kwargs.update(use_vllm=True, vllm_mode=vllm_mode)
+        kwargs.update(use_vllm=True, vllm_mode=vllm_mode, vllm_importance_sampling_correction=False)
     kwargs.update(overrides)
     return GRPOConfig(output_dir=str(output_dir), **profile.trainer_kwargs(**kwargs))

@@ -16,6 +16,8 @@ import hashlib
 import os
 import random
 import re
+import shutil
+import subprocess
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -25,6 +27,10 @@ DEFAULT_SEED = 1234
 PROFILES = ("auto", "cpu-tiny", "gpu")
 SCALES = ("full", "smoke")
 MIN_EVAL_SIZE = 200   # the smallest held-out set evaluation.heldout_problems accepts; the smoke scale evaluates on it
+MIN_DRIVER = {11: 450, 12: 525, 13: 580}
+"""The oldest NVIDIA driver (Linux, major version) that runs a torch built for each CUDA major version, under CUDA's
+minor-version compatibility (NVIDIA's CUDA compatibility guide). PyPI's Linux torch 2.13.0 wheel is a CUDA 13.0
+build (it requires ``cuda-toolkit==13.0.3``): with an older driver torch sees no GPU at all."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +43,8 @@ class Profile:
             ``None`` on ``cpu-tiny`` means "the course's own model, built by ``load_stage``".
         seed: seed for python, numpy and torch (env ``COURSE_SEED`` overrides the default).
         device: ``"cpu"`` or ``"cuda"``.
-        dtype: parameter dtype for training (float32 on CPU; bfloat16 on GPU).
+        dtype: parameter dtype for training (float32 on CPU; on a GPU bfloat16 from Ampere on, float32 before it:
+            see :attr:`mixed_precision`).
         eval_size: problems in the held-out evaluation (>= 200 so 5 points is real).
         max_new_tokens: generation budget for evaluation.
         threads: torch's intra-op threads, set by :func:`get_profile` (cpu-tiny: env
@@ -63,6 +70,21 @@ class Profile:
         return self.device == "cpu"
 
     @property
+    def mixed_precision(self) -> str | None:
+        """The trainers' half precision: ``None`` on the CPU; on a GPU ``"bf16"`` where the parameters are bfloat16
+        (compute capability 8.0, Ampere, and later), else ``"fp16"``, the only half precision before Ampere.
+
+        An fp16 run keeps trained parameters in float32: the Trainer's gradient scaler refuses float16 gradients
+        ("Attempting to unscale FP16 gradients"), so a model trained in full loads in float32 there (``dtype``) and
+        runs its forward under fp16 autocast. unsloth (notebook 11) loads the base in float16 itself before Ampere and
+        trains only float32 LoRA weights, and its trainers raise unless ``fp16`` is the flag set
+        ("Model is in float16 precision but you want to use bfloat16").
+        """
+        if self.is_cpu:
+            return None
+        return "bf16" if self.dtype == torch.bfloat16 else "fp16"
+
+    @property
     def slug(self) -> str:
         """A folder name for this profile's checkpoints: the profile plus its base model.
 
@@ -83,7 +105,8 @@ class Profile:
 
         TRL's defaults (``bf16=True``, ``gradient_checkpointing=True``) crash or run
         an order of magnitude slower on a CPU; these switch them off and keep runs
-        quiet, local and reproducible. ``overrides`` win.
+        quiet, local and reproducible. On a GPU ``bf16`` or ``fp16`` follows
+        :attr:`mixed_precision` (the device's capability). ``overrides`` win.
         """
         kwargs = dict(
             seed=self.seed, data_seed=self.seed, report_to="none", save_strategy="no",
@@ -93,9 +116,68 @@ class Profile:
         if self.is_cpu:
             kwargs.update(bf16=False, fp16=False, gradient_checkpointing=False, use_cpu=True)
         else:
-            kwargs.update(bf16=True, gradient_checkpointing=True)
+            kwargs.update(bf16=self.mixed_precision == "bf16", fp16=self.mixed_precision == "fp16",
+                          gradient_checkpointing=True)
         kwargs.update(overrides)
         return kwargs
+
+
+def bf16_supported() -> bool:
+    """Whether the current CUDA device computes in bfloat16: compute capability 8.0 (Ampere) or later.
+
+    The capability decides, as in unsloth: ``torch.cuda.is_bf16_supported()`` also answers True where bfloat16 is
+    only emulated (a T4, capability 7.5), where unsloth loads a model in float16.
+    """
+    major, _minor = torch.cuda.get_device_capability()
+    return major >= 8
+
+
+def nvidia_smi() -> dict | None:
+    """What ``nvidia-smi`` reports: ``{"gpus": [...], "driver": "535.104.05", "cuda": "12.2"}`` (the CUDA version is
+    the newest the driver runs); ``None`` where there is no ``nvidia-smi`` or it fails (no NVIDIA driver)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        done = subprocess.run([exe], capture_output=True, text=True, timeout=20)
+        names = subprocess.run([exe, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True,
+                               timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0:
+        return None
+    driver = re.search(r"Driver Version:\s*([0-9.]+)", done.stdout)
+    cuda = re.search(r"CUDA Version:\s*([0-9.]+)", done.stdout)
+    return {"gpus": [n.strip() for n in names.stdout.splitlines() if n.strip()] if names.returncode == 0 else [],
+            "driver": driver.group(1) if driver else None, "cuda": cuda.group(1) if cuda else None}
+
+
+def no_cuda_reason(smi: dict | None = None) -> str:
+    """Why torch sees no GPU here, in a sentence: a CPU-only build, a driver older than the build needs (the
+    build's CUDA version, ``torch.version.cuda``, against what ``nvidia-smi`` reports), or no NVIDIA driver at all.
+
+    ``smi``: :func:`nvidia_smi`'s report (default: asked now).
+    """
+    smi = nvidia_smi() if smi is None else smi
+    built = torch.version.cuda
+    if built is None:
+        return (f"this torch ({torch.__version__}) is a CPU-only build; install a CUDA build, e.g. "
+                f"`make install GPU=1` or `pip install torch` from PyPI")
+    major = int(built.split(".")[0])
+    need = MIN_DRIVER.get(major)
+    wants = f"torch {torch.__version__} is built for CUDA {built}" + (
+        f", which needs an NVIDIA driver >= {need}" if need else "")
+    if not smi:
+        return f"{wants}, and no NVIDIA driver answers here (no working `nvidia-smi`)"
+    seen = f"nvidia-smi reports {', '.join(smi['gpus']) or 'a GPU'} with driver {smi['driver']} (CUDA {smi['cuda']})"
+    driver_major = int(str(smi["driver"]).split(".")[0]) if smi.get("driver") else None
+    if need and driver_major is not None and driver_major < need:
+        return (f"{wants}, but {seen}: update the driver to >= {need}, or install a torch built for the CUDA "
+                f"version the driver runs")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return (f"{wants}, and {seen}, yet torch sees no device"
+            + (f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else "")
+            + "; torch's own warning above says why")
 
 
 def resolve_seed(seed: int | None = None) -> int:
@@ -139,8 +221,9 @@ def get_profile(name: str = "auto", *, model_id: str | None = None, seed: int | 
     """Resolve a profile name to a :class:`Profile`.
 
     Args:
-        name: ``"auto"`` (``gpu`` when CUDA is available, else ``cpu-tiny``),
-            ``"cpu-tiny"`` or ``"gpu"``.
+        name: ``"auto"`` (``gpu`` when CUDA is available, else ``cpu-tiny``, saying why where torch is a CUDA build
+            or an NVIDIA driver answers), ``"cpu-tiny"`` or ``"gpu"`` (a request for the GPU: without one it raises,
+            naming the reason, :func:`no_cuda_reason`; on the GPU the dtype follows the device, :func:`bf16_supported`).
         model_id: the base model instead of the profile's: a hub id or a local folder (safetensors, no remote
             code); default: env ``COURSE_MODEL``, else the course's tiny model on ``cpu-tiny`` and Qwen3-0.6B on
             ``gpu``. Its generation budget is measured from its tokenizer (``adapt.budget_for``).
@@ -154,16 +237,21 @@ def get_profile(name: str = "auto", *, model_id: str | None = None, seed: int | 
         raise ValueError(f"unknown profile {name!r}; choose one of {PROFILES}")
     if name == "auto":
         name = "gpu" if torch.cuda.is_available() else "cpu-tiny"
+        if name == "cpu-tiny":
+            smi = nvidia_smi()
+            if smi or torch.version.cuda is not None:   # a GPU may have been meant: say why it is not used
+                print(f"profile 'auto' runs on the CPU (cpu-tiny): {no_cuda_reason(smi)}.")
     seed = resolve_seed(seed)
     model_id = model_id if model_id is not None else (os.environ.get("COURSE_MODEL") or None)
     if name == "cpu-tiny":
         prof = Profile(name=name, model_id=None, seed=seed, device="cpu", dtype=torch.float32)
     else:
         if not torch.cuda.is_available():
-            raise RuntimeError("profile 'gpu' needs CUDA, and torch sees no GPU here; "
-                               "use 'cpu-tiny' or 'auto'")
+            raise RuntimeError(f"profile 'gpu' needs CUDA, and torch sees no GPU here: {no_cuda_reason()}. "
+                               f"(Profile 'cpu-tiny' or 'auto' runs the CPU path instead.)")
+        dtype = torch.bfloat16 if bf16_supported() else torch.float32   # before Ampere: fp16 autocast, fp32 weights
         prof = Profile(name=name, model_id="Qwen/Qwen3-0.6B", seed=seed, device="cuda",
-                       dtype=torch.bfloat16, eval_size=300, max_new_tokens=256)
+                       dtype=dtype, eval_size=300, max_new_tokens=256)
     if model_id is not None:
         from .adapt import budget_for   # the course's answers in this model's tokens, tags as whole tokens
         budget = budget_for(model_id)

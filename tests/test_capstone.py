@@ -202,17 +202,56 @@ def test_api_drift_reports_what_the_pinned_trl_and_transformers_refuse(tmp_path)
 
 
 
-def test_api_drift_under_unsloths_patched_config_does_not_call_it(tmp_path, monkeypatch):
+def unsloth_like_config(module: str | None = None, name: str = "GRPOConfig"):
+    """A stand-in for unsloth's patched GRPOConfig: a subclass of TRL's that, under an explicit ``dapo`` loss, widens
+    the upper clip to 0.28 (unsloth 2026.10.9, models/rl.py). unsloth labels it with TRL's own module and name."""
+    import trl
+    base = trl.GRPOConfig
+
+    def __init__(self, *args, **kwargs):
+        if kwargs.get("loss_type") == "dapo" and kwargs.get("epsilon_high") is None:
+            kwargs["epsilon_high"] = 0.28
+        base.__init__(self, *args, **kwargs)
+
+    cls = type(name, (base,), {"__init__": __init__})
+    cls.__module__ = module or base.__module__
+    return cls
+
+
+def test_unsloth_patched_tells_unsloths_config_from_trls():
+    import trl
+    assert not capstone.unsloth_patched(trl.GRPOConfig)
+    assert capstone.unsloth_patched(unsloth_like_config())      # same module and name as TRL's: its base gives it away
+    assert capstone.unsloth_patched(unsloth_like_config("unsloth_compiled_cache.UnslothGRPOTrainer", "UnslothGRPOConfig"))
+
+
+@pytest.mark.parametrize("module", [None, "unsloth_compiled_cache.UnslothGRPOTrainer"])
+def test_api_drift_under_unsloths_patched_config_does_not_call_it(tmp_path, monkeypatch, module):
     import trl
 
-    class UnslothGRPOConfig(trl.GRPOConfig):    # what `import unsloth` on a GPU puts in trl's place
-        def __init__(self, *args, **kwargs):
-            raise AssertionError("api_drift must not build unsloth's config")
+    patched = unsloth_like_config(module)
 
-    UnslothGRPOConfig.__module__ = "unsloth_compiled_cache.UnslothGRPOTrainer"
-    monkeypatch.setattr(trl, "GRPOConfig", UnslothGRPOConfig)
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("api_drift must not build unsloth's config")
+
+    patched.__init__ = refuse
+    monkeypatch.setattr(trl, "GRPOConfig", patched)
     found = capstone.api_drift(get_profile("cpu-tiny"), tmp_path)
-    assert found["GRPOConfig(max_prompt_length=256)"].startswith("not tried: GRPOConfig is unsloth's UnslothGRPOConfig")
+    assert found["GRPOConfig(max_prompt_length=256)"].startswith("not tried: GRPOConfig is unsloth's patched config")
+
+
+def test_grpo_config_keeps_trls_clip_and_turns_the_vllm_correction_off(tmp_path, monkeypatch):
+    import trl
+    profile = get_profile("cpu-tiny")
+    recipe = recipes.recipe_for("capstone", profile)
+    plain = capstone.grpo_config(recipe, profile, tmp_path)
+    assert plain.epsilon == capstone.CLIP_EPSILON and plain.epsilon_high is None     # TRL's trainer: = epsilon
+    assert capstone.grpo_config(recipe, profile, tmp_path, use_vllm=True).vllm_importance_sampling_correction is False
+    monkeypatch.setattr(trl, "GRPOConfig", unsloth_like_config())
+    assert unsloth_like_config()(output_dir=str(tmp_path), loss_type="dapo", use_cpu=True).epsilon_high == 0.28
+    args = capstone.grpo_config(recipe, profile, tmp_path, use_vllm=True)
+    assert (args.epsilon, args.epsilon_high) == (capstone.CLIP_EPSILON, capstone.CLIP_EPSILON)
+    assert args.loss_type == "dapo" and args.vllm_importance_sampling_correction is False
 
 
 def test_skipped_says_what_and_why(capsys):
