@@ -96,15 +96,15 @@ NVIDIA_SMI = ("| NVIDIA-SMI 535.104.05   Driver Version: 535.104.05   CUDA Versi
 def _fake_old_driver(monkeypatch, built="13.0", smi=NVIDIA_SMI):
     import subprocess
 
-    from course_utils import profile
+    from course_utils import run_config
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.version, "cuda", built)
-    monkeypatch.setattr(profile.shutil, "which", lambda name: None if smi is None else "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(run_config.shutil, "which", lambda name: None if smi is None else "/usr/bin/nvidia-smi")
 
     def run(cmd, **kwargs):
         out = "Tesla T4\n" if any("--query-gpu" in c for c in cmd) else smi
         return subprocess.CompletedProcess(cmd, 0, stdout=out, stderr="")
-    monkeypatch.setattr(profile.subprocess, "run", run)
+    monkeypatch.setattr(run_config.subprocess, "run", run)
 
 
 def test_a_gpu_request_with_an_old_driver_fails_naming_the_driver(monkeypatch, capsys):
@@ -119,7 +119,7 @@ def test_a_gpu_request_with_an_old_driver_fails_naming_the_driver(monkeypatch, c
 
 
 def test_the_no_gpu_reason_names_a_cpu_build_or_a_missing_driver(monkeypatch):
-    from course_utils.profile import no_cuda_reason
+    from course_utils.run_config import no_cuda_reason
     _fake_old_driver(monkeypatch, built=None)
     assert "CPU-only build" in no_cuda_reason()
     _fake_old_driver(monkeypatch, built="13.0", smi=None)
