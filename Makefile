@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
 
-.PHONY: install course test lab data clean drift bench lock seeds matrix assignments grade book
+.PHONY: install course test lab data clean drift latest bench lock seeds matrix assignments grade book
 install: $(VENV)/.installed
 
 # Every package of the CPU environment, transitive ones included, pinned with ==: made from pyproject.toml's
@@ -105,6 +105,14 @@ drift: install $(DRIFT_VENV)/.installed
 	# the gpu extra must resolve over the course environment without moving a core pin (torch included)
 	$(PY) -m pip install --dry-run --quiet ".[gpu]"
 	$(OFFLINE) $(DPY) -m pytest -p no:nbval -o addopts="" -rs tests/test_gpu_drift.py tests/test_capstone.py
+
+# The drift lane (course_tools/latest.py; not part of `make test`, CI stays on the lock): the unit tests and TRL
+# parity checks in a throw-away .venv-latest/ with the newest TRL, transformers, peft, datasets and accelerate over
+# the CPU torch; writes build/LATEST.md. TRL=1.15.0 holds TRL (the rest newest), PINS="transformers==5.17.0" others,
+# REST=lock every package not pinned at the lock; LATEST_NOTEBOOKS="02 07" also runs those notebooks headless.
+latest:
+	$(OFFLINE) $(PYTHON) -m course_tools.latest --python $(PYTHON) --torch "$(TORCH_SPEC)" $(if $(TRL),--pin trl==$(TRL)) \
+	  $(foreach p,$(PINS),--pin $(p)) $(if $(filter lock,$(REST)),--lock) $(if $(LATEST_NOTEBOOKS),--notebooks $(LATEST_NOTEBOOKS))
 
 clean:
 	rm -rf artifacts build

@@ -12,6 +12,7 @@ browser           a headless Chromium over the DevTools protocol: the book as a 
 bench             ``make bench``: each phase timed against this machine's matmul roofline
 assignments       ``make assignments``: the graded functions as stubs; student mode (``COURSE_IMPL=student``)
 grader            ``make grade``: a student's functions against the reference, edge cases, gradients, training
+latest            ``make latest``: the unit tests and TRL parity checks against the newest TRL and transformers
 ================= ==========================================================
 
 It imports :mod:`course_utils`; the dependency never runs the other way, except for student mode's hook.
