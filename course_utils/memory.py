@@ -48,7 +48,8 @@ bytes per element of ``B x T x V`` below were measured on the CPU (peak resident
 **KV cache**: ``2 x layers x kv_heads x head_dim`` values per token, in the generating model's dtype (fp32 where the
 policy was cast to fp32: generation runs outside autocast). **Not counted**: CUDA's context and cuBLAS workspaces
 (~0.5-1 GiB), the allocator's fragmentation, generation's per-step logits (``logits_to_keep=1``), evaluation
-batches, and vLLM's reservation in 11 (``gpu_memory_utilization`` x the GPU's memory, on top of the row).
+batches, and vLLM's reservation in 11 (:func:`vllm_standby_share` x the GPU's memory, on top of the row: in 11's
+standby mode unsloth chooses the share from the card's size and overrides ``gpu_memory_utilization``).
 
 Lengths are each recipe's maxima (``max_length``, ``max_new_tokens``, ``max_completion_length``): the worst case,
 which a model that rambles (a random or freshly RL-trained one) reaches. Prompts are ``prompt_tokens`` long (64:
@@ -363,6 +364,26 @@ def gpu_profile(model_id: str = "Qwen/Qwen3-0.6B"):
     return Profile(name="gpu", model_id=model_id, seed=0, device="cuda", dtype=torch.bfloat16, max_new_tokens=256)
 
 
+# unsloth-zoo 2026.10.9, vllm_utils.load_vllm (vLLM >= 0.11): a tenth of the card (GiB) at least this -> the share
+STANDBY_TIERS = ((4.0, 0.925), (2.5, 0.9), (2.0, 0.825), (1.4, 0.8), (1.0, 0.775), (0.0, 0.75))
+STANDBY_HEADROOM = 0.95
+
+
+def vllm_standby_share(total_gib: float) -> float:
+    """The share of a GPU's memory vLLM takes in notebook 11 (its weights, activations and KV cache).
+
+    11 sets ``UNSLOTH_VLLM_STANDBY=1``; unsloth then replaces ``gpu_memory_utilization``, up or down, by a share
+    chosen from the card's memory (:data:`STANDBY_TIERS` on a tenth of it, times 0.95 for vLLM >= 0.11), unless
+    ``UNSLOTH_VLLM_STANDBY_UTIL_OVERRIDE=1``: 0.71 on a card under 10 GiB, 0.76 on a 15 GiB T4, 0.88 from 40 GiB up.
+    The weights are the ones training uses (``fast_inference`` shares them); the KV cache stays allocated from the
+    load through the priming SFT and the evaluations, and is freed only while GRPO trains between its generation
+    steps (vLLM's sleep mode: TRL sleeps the engine when its ``GRPOTrainer`` starts and wakes it for each
+    generation). The priming SFT therefore has what the share leaves.
+    """
+    tenth = total_gib * 0.1
+    return next(share for floor, share in STANDBY_TIERS if tenth >= floor) * STANDBY_HEADROOM
+
+
 def _key(notebook: str) -> str:
     key = str(notebook)[:2]
     if key not in NOTEBOOKS:
@@ -480,7 +501,8 @@ def estimate(notebook: str, model_id: str = "Qwen/Qwen3-0.6B", *, config=None, r
                           fused_logits_bytes(config, b * recipe.max_completion_length, False), lora_r=recipe.lora_r,
                           note="unsloth's checkpointing offloads to the CPU: less than counted")]
         settings.update(batch=b, seq_len=t, lora_r=recipe.lora_r)
-        note = "plus vLLM's gpu_memory_utilization x the GPU's memory (0.6 in 11's parameters cell)"
+        note = ("plus vLLM's share of the GPU's memory, which unsloth's standby mode chooses from the card's size "
+                "(vllm_standby_share: 0.71-0.88), whatever gpu_memory_utilization says")
     return Estimate(name, model_id, n, tuple(copies), tuple(phases), settings, note)
 
 

@@ -298,3 +298,12 @@ def test_gpu_memory_check_tiny_runs_end_to_end(tmp_path):
         assert result["estimate_gib"] > result["estimate_static_gib"] > 0, key
     assert record["notebooks"]["05"]["recipe"]["learning_rate"] == 1e-6          # the gpu profile's recipe
     assert record["notebooks"]["06"]["tokens_per_step"] == [2 * 2 * 48] * 2      # pairs long enough for max_length
+
+
+def test_vllm_standby_share_is_unsloths_rule_by_card_size():
+    # unsloth-zoo 2026.10.9 replaces gpu_memory_utilization by this in standby mode (notebook 11's default)
+    gib = 1024 ** 3
+    for total, share in ((141, 0.925), (80, 0.925), (40, 0.925), (24, 0.825), (16e9 / gib, 0.8), (12, 0.775),
+                         (8, 0.75)):
+        assert memory.vllm_standby_share(total) == pytest.approx(share * 0.95), total
+    assert "vllm_standby_share" in memory.estimate("11").note and "0.6" not in memory.estimate("11").note
