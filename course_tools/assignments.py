@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from course_utils.paths import repo_root
+from course_utils.show import markdown_rows
 
 STUB_MARK = "TODO(student)"   # in every generated body; a function still holding it is not installed
 
@@ -140,11 +141,12 @@ def write(root: str | Path | None = None, solutions: bool = False) -> list[Path]
 
 
 def assignment_readme(a: Assignment) -> str:
-    rows = "\n".join(f"| `{g.name}` | {g.notebook} | {g.section} |" for g in a.functions)
+    table = markdown_rows(("function", "notebook", "section"),
+                          [(f"`{g.name}`", g.notebook, g.section) for g in a.functions])
     return (f"# {a.key} · {a.title}\n\nWrite each function in `student.py` (its docstring gives the formula; the "
             f"notebook section teaches it), then:\n\n```bash\nmake grade ASSIGNMENT={a.key}        # value checks, "
             f"edge cases, gradients, a training smoke\nCOURSE_IMPL=student make course      # the course, trained "
-            f"with your functions\n```\n\n| function | notebook | section |\n|---|---|---|\n{rows}\n\nAbout "
+            f"with your functions\n```\n\n{table}\n\nAbout "
             f"{a.hours} hours. You may call the helpers `student.py` imports; the graded functions of the package "
             f"are the answers, so leave `course_utils/losses.py` and `rewards.py` closed.\n")
 

@@ -33,6 +33,8 @@ from unittest import mock
 
 import torch
 
+from course_utils.show import markdown_rows
+
 BATCH = 64              # sequences per phase (a PPO batch, an evaluation chunk)
 NEW_TOKENS = 48         # the course's completion budget on the CPU
 SEQ_LEN = 88            # prompt (~40) plus completion (48) tokens, as a training batch sees them
@@ -260,12 +262,10 @@ def machine() -> dict:
 
 def markdown(rows: list[dict], info: dict) -> str:
     """The bench as a Markdown table, one row per phase and thread count."""
-    lines = [f"Machine: {info['cpu']} ({info['isa']}), {info['cores']} cores; torch {info['torch']}.", "",
-             "| phase | threads | seconds | roofline s | ratio |", "|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['phase']} | {r['threads']} | {r['seconds']:.3f} | {r['roofline_seconds']:.3f} "
-                     f"| {r['ratio']:.1f}x |")
-    return "\n".join(lines) + "\n"
+    table = markdown_rows(("phase", "threads", "seconds", "roofline s", "ratio"),
+                          [(str(r["phase"]), str(r["threads"]), f"{r['seconds']:.3f}", f"{r['roofline_seconds']:.3f}",
+                            f"{r['ratio']:.1f}x") for r in rows])
+    return f"Machine: {info['cpu']} ({info['isa']}), {info['cores']} cores; torch {info['torch']}.\n\n{table}\n"
 
 
 def main(argv: list[str] | None = None) -> int:

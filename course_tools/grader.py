@@ -25,6 +25,7 @@ import torch
 from course_utils import losses
 from .assignments import ASSIGNMENTS, default_root, load_student, reference
 from course_utils.rewards import SEED_TAGS
+from course_utils.show import markdown_rows
 
 
 @dataclass(frozen=True)
@@ -621,12 +622,12 @@ def report(results: list[Result]) -> str:
     by = {}
     for r in results:
         by.setdefault(r.function, []).append(r)
-    lines = ["| function | checks passed | score |", "|---|---|---|"]
-    lines += [f"| `{f}` | {sum(r.passed for r in rs)} / {len(rs)} | {sum(r.passed for r in rs) / len(rs):.0%} |"
-              for f, rs in by.items()]
-    lines.append(f"| **total** | {sum(r.passed for r in results)} / {len(results)} | **{score(results):.0%}** |")
+    rows = [(f"`{f}`", f"{sum(r.passed for r in rs)} / {len(rs)}", f"{sum(r.passed for r in rs) / len(rs):.0%}")
+            for f, rs in by.items()]
+    rows.append(("**total**", f"{sum(r.passed for r in results)} / {len(results)}", f"**{score(results):.0%}**"))
     failures = [f"- `{r.function}` · {r.check}: {r.message}" for r in results if not r.passed]
-    return "\n".join(lines) + ("\n\nFailed:\n" + "\n".join(failures) if failures else "\n\nEvery check passed.") + "\n"
+    return (markdown_rows(("function", "checks passed", "score"), rows)
+            + ("\n\nFailed:\n" + "\n".join(failures) if failures else "\n\nEvery check passed.") + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:

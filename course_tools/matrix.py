@@ -34,6 +34,7 @@ import torch
 
 from course_utils.modeling import FAMILIES, save_family_model
 from course_utils.paths import artifacts_root, notebook_files, repo_root
+from course_utils.show import markdown_rows
 
 MATRIX_NOTEBOOKS = ("02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12")
 MODEL_FREE = ("04",)   # its bandits and grid worlds load no language model: its checks assert on any model
@@ -96,13 +97,12 @@ def run_cell(family: str, number: str, root: Path, timeout: int = 900) -> Cell:
 def matrix_markdown(cells: list[Cell]) -> str:
     """The matrix as Markdown: one row per notebook, one column per family (ok / FAILED and seconds)."""
     families = sorted({c.family for c in cells}, key=FAMILIES.index)
-    rows = ["| notebook | " + " | ".join(families) + " |", "|---|" + "---|" * len(families)]
+    rows = []
     for nb in sorted({c.notebook for c in cells}):
         by = {c.family: c for c in cells if c.notebook == nb}
-        rows.append(f"| {nb} | " + " | ".join(
-            (f"ok, {by[f].seconds:.0f} s" if by[f].ok else f"FAILED, {by[f].seconds:.0f} s") if f in by else ""
-            for f in families) + " |")
-    return "\n".join(rows) + "\n"
+        rows.append((nb, *((f"ok, {by[f].seconds:.0f} s" if by[f].ok else f"FAILED, {by[f].seconds:.0f} s")
+                           if f in by else "" for f in families)))
+    return markdown_rows(("notebook", *families), rows) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,22 +6,23 @@ import json
 
 from course_utils.environment import environment_markdown
 from course_utils.results import record_value
+from course_utils.show import markdown_rows
 
 
 def results_markdown(records: list[dict], runner_stats: dict | None = None) -> str:
     """A Markdown table: stage, metric, before, after, seconds, peak RAM."""
     runner_stats = runner_stats or {}
-    lines = ["# Course results", "",
-             "Measured by the notebooks themselves (held-out data; before vs after).", "",
-             "| notebook | metric | before | after | seconds | peak RAM (MiB) | seed | profile |",
-             "|---|---|---|---|---|---|---|---|"]
+    rows = []
     for rec in records:
         nb = rec["notebook"]
         secs = runner_stats.get(nb, {}).get("seconds", rec.get("seconds"))
         for i, (name, pair) in enumerate(sorted(rec["metrics"].items())):
-            tail = (f"{secs:.0f} | {rec.get('peak_ram_mb', float('nan')):.0f} | {rec['seed']} | {rec.get('profile', '')}"
-                    if i == 0 else " | | | ")
-            lines.append(f"| {nb if i == 0 else ''} | {name} | {pair['before']:.4g} | {pair['after']:.4g} | {tail} |")
+            tail = ((f"{secs:.0f}", f"{rec.get('peak_ram_mb', float('nan')):.0f}", str(rec["seed"]),
+                     rec.get("profile", "")) if i == 0 else ("", "", "", ""))
+            rows.append((nb if i == 0 else "", name, f"{pair['before']:.4g}", f"{pair['after']:.4g}", *tail))
+    headers = ("notebook", "metric", "before", "after", "seconds", "peak RAM (MiB)", "seed", "profile")
+    lines = ["# Course results", "", "Measured by the notebooks themselves (held-out data; before vs after).", "",
+             markdown_rows(headers, rows)]
     envs = {json.dumps(rec["environment"], sort_keys=True) for rec in records if rec.get("environment")}
     if envs:  # normally one; two when results files of different runs were mixed
         lines += ["", "Measured in:", ""] + [environment_markdown(json.loads(e)) for e in sorted(envs)]
@@ -72,7 +73,7 @@ def budget_report(seconds: dict[str, float], gflops: float | None = None, record
 
     scale = gflops / REFERENCE_GFLOPS if gflops else 1.0
     minutes = {nb.name: nb.cpu_minutes for nb in NOTEBOOKS}
-    lines = ["| notebook | seconds here | on the reference machine | budget (s) | |", "|---|---|---|---|---|"]
+    rows = []
     total = total_ref = 0.0
     over = set()
     for name, secs in sorted(seconds.items()):
@@ -81,9 +82,12 @@ def budget_report(seconds: dict[str, float], gflops: float | None = None, record
         total, total_ref = total + secs, total_ref + ref
         if ref > budget:
             over.add(name)
-        lines.append(f"| {name} | {secs:.0f} | {ref:.0f} | {budget:.0f} | {'over' if name in over else 'ok'} |")
+        rows.append((name, f"{secs:.0f}", f"{ref:.0f}", f"{budget:.0f}", "over" if name in over else "ok"))
     course = COURSE_BUDGET_MINUTES * 60
-    lines.append(f"| **total** | {total:.0f} | {total_ref:.0f} | {course:.0f} | {'over' if total_ref > course else 'ok'} |")
+    rows.append(("**total**", f"{total:.0f}", f"{total_ref:.0f}", f"{course:.0f}",
+                 "over" if total_ref > course else "ok"))
+    headers = ("notebook", "seconds here", "on the reference machine", "budget (s)", "")
+    table = markdown_rows(headers, rows)
     head = (f"Budgets: this machine's matmul rate is {gflops:.0f} GFLOP/s against the reference machine's "
             f"{REFERENCE_GFLOPS:.0f}, so its seconds are scaled by {scale:.2f}. {SCALING_CAVEAT}" if gflops else
             "Budgets (seconds not normalised: no matmul figure).")
@@ -92,4 +96,4 @@ def budget_report(seconds: dict[str, float], gflops: float | None = None, record
     where = [f"- {name} ({secs:.0f} s of its own clock): {line}" for name, (secs, line) in sorted(blocks.items()) if line]
     tail = ("\n\nWhere the notebooks over budget spend their time (their longest timed blocks, from their results "
             "records):\n\n" + "\n".join(where)) if where else ""
-    return head + "\n\n" + "\n".join(lines) + tail + "\n"
+    return head + "\n\n" + table + tail + "\n"

@@ -35,6 +35,7 @@ from pathlib import Path
 from course_utils.paths import notebook_files, repo_root
 from course_utils.progress import TEXT_PROGRESS_ENV
 from course_utils.results import load_results, results_dir
+from course_utils.show import markdown_rows
 from .reports import budget_report, results_markdown
 from .testrun import COURSE_STREAM_A, default_streams, one_thread_env, split
 
@@ -124,8 +125,9 @@ def run_course(notebooks: list[Path], out_dir: Path, timeout: int, streams: int 
     ran = {nb.stem for nb in notebooks}
     records = [r for r in load_results() if r["notebook"] in ran]
     report = results_markdown(records, stats)
-    report += "\n| notebook | wall seconds (runner) | kernel peak RAM (MiB) |\n|---|---|---|\n"
-    report += "".join(f"| {k} | {v['seconds']:.0f} | {v['peak_ram_mb']:.0f} |\n" for k, v in stats.items())
+    report += "\n" + markdown_rows(("notebook", "wall seconds (runner)", "kernel peak RAM (MiB)"),
+                                    [(k, f"{v['seconds']:.0f}", f"{v['peak_ram_mb']:.0f}")
+                                     for k, v in stats.items()]) + "\n"
     from .bench import matmul_gflops
     budgets = budget_report({k: v["seconds"] for k, v in stats.items()}, matmul_gflops(), records)
     if stream_a:

@@ -24,6 +24,7 @@ from pathlib import Path
 from course_utils.environment import environment_markdown
 from course_utils.paths import repo_root
 from course_utils.results import before_after, load_results, record_value
+from course_utils.show import markdown_rows
 
 
 def seed_folders(seed: int, artifacts: Path, build: Path) -> tuple[Path, Path]:
@@ -59,11 +60,7 @@ def seeds_markdown(records: dict[int, list[dict]], seconds: dict[int, float] | N
         raise ValueError("no seeds to tabulate")
     by_seed = {s: {r["notebook"]: r for r in records[s]} for s in seeds}
     notebooks = sorted({nb for recs in by_seed.values() for nb in recs})
-    head = "| notebook | metric | " + " | ".join(f"seed {s}" for s in seeds) + " | after: min – max |"
-    lines = ["# The course at several seeds", "",
-             "Every before → after metric the notebooks recorded, per seed (held-out data), and the range of the "
-             "'after' values across the seeds that recorded it. Made by `make seeds`.", "",
-             head, "|" + "---|" * (len(seeds) + 3)]
+    rows = []
     for nb in notebooks:
         names = sorted({m for s in seeds for m in by_seed[s].get(nb, {}).get("metrics", {})})
         for i, name in enumerate(names):
@@ -76,7 +73,11 @@ def seeds_markdown(records: dict[int, list[dict]], seconds: dict[int, float] | N
                 cells.append(f"{_fmt(pair['before'])} → {_fmt(pair['after'])}")
                 afters.append(pair["after"])
             span = f"{_fmt(min(afters))} – {_fmt(max(afters))}" if afters else "–"
-            lines.append(f"| {nb if i == 0 else ''} | {name} | " + " | ".join(cells) + f" | {span} |")
+            rows.append((nb if i == 0 else "", name, *cells, span))
+    lines = ["# The course at several seeds", "",
+             "Every before → after metric the notebooks recorded, per seed (held-out data), and the range of the "
+             "'after' values across the seeds that recorded it. Made by `make seeds`.", "",
+             markdown_rows(("notebook", "metric", *(f"seed {s}" for s in seeds), "after: min – max"), rows)]
     missing = [f"{nb} at seed {s}" for s in seeds for nb in notebooks if nb not in by_seed[s]]
     if missing:
         lines += ["", "**No record** (failed or not run): " + ", ".join(missing)]
@@ -84,11 +85,12 @@ def seeds_markdown(records: dict[int, list[dict]], seconds: dict[int, float] | N
     if failures:
         lines += ["", "**Failed** (a cell raised, most often a check; its figures above were recorded before it): "
                   + ", ".join(failures)]
-    lines += ["", "| seed | notebooks recorded | seconds (sum of the notebooks' own) |", "|---|---|---|"]
+    totals = []
     for s in seeds:
         own = sum(r.get("runner", {}).get("seconds", r.get("seconds", 0.0)) for r in records[s])
         wall = f"; {seconds[s]:.0f} s wall" if seconds and s in seconds else ""
-        lines.append(f"| {s} | {len(records[s])} | {own:.0f}{wall} |")
+        totals.append((str(s), str(len(records[s])), f"{own:.0f}{wall}"))
+    lines += ["", markdown_rows(("seed", "notebooks recorded", "seconds (sum of the notebooks' own)"), totals)]
     envs = sorted({json.dumps(r["environment"], sort_keys=True) for s in seeds for r in records[s]
                    if r.get("environment")})
     lines += ["", "Measured in:", ""] + [environment_markdown(json.loads(e)) for e in envs]
@@ -187,12 +189,12 @@ def results_table(records: dict[int, list[dict]]) -> str:
     """The results table (:data:`RESULTS_ROWS`), one column per seed, from the seeds' results records."""
     seeds = list(records)
     by_seed = {s: {r["notebook"][:2]: r for r in records[s]} for s in seeds}
-    lines = ["| # | run | " + " | ".join(f"seed {s}" for s in seeds) + " |", "|---|---|" + "---|" * len(seeds)]
+    rows = []
     for number, label, cell in RESULTS_ROWS:
         first = next((by_seed[s][number] for s in seeds if number in by_seed[s]), None)
-        cells = [cell(by_seed[s][number]) if number in by_seed[s] else "–" for s in seeds]
-        lines.append(f"| {number} | {_label(label, first)} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+        rows.append((number, _label(label, first), *(cell(by_seed[s][number]) if number in by_seed[s] else "–"
+                                                     for s in seeds)))
+    return markdown_rows(("#", "run", *(f"seed {s}" for s in seeds)), rows) + "\n"
 
 
 RESULTS_DOC = "docs/results.md"

@@ -6,8 +6,8 @@ its boxes from it, ``stages`` names artifacts folders with :func:`notebook_name`
 ``tests/test_repo.py`` checks it against ``notebooks/`` and the README.
 ``GLOSSARY`` holds the English-Chinese glossary, read from ``glossary.json`` (data, not code):
 each term has a short id, its English and Chinese terms (as in the seed notes) and a one-line
-meaning; notebooks show theirs with ``glossary_table(["sft", "loss-mask", ...])``. Table cells escape
-``|`` (as in ``π(a|s)``), which would otherwise split a cell in two.
+meaning; notebooks show theirs with ``glossary_table(["sft", "loss-mask", ...])``. Both tables are
+``show.markdown_table``'s, which escapes ``|`` (as in ``π(a|s)``) so it does not split a cell in two.
 """
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from .show import markdown_rows, markdown_table
 
 
 @dataclass(frozen=True)
@@ -140,11 +142,6 @@ def notebook_name(number: str) -> str:
     raise ValueError(f"no notebook {number!r}; notebooks: {[nb.number for nb in NOTEBOOKS]}")
 
 
-def _cell(text: str) -> str:
-    """Text safe inside a Markdown table cell: an unescaped ``|`` would start a new cell."""
-    return text.replace("|", r"\|")
-
-
 def notebook_table(link_prefix: str = "notebooks/", planned: bool = True) -> str:
     """The notebook map as a Markdown table.
 
@@ -156,20 +153,20 @@ def notebook_table(link_prefix: str = "notebooks/", planned: bool = True) -> str
             in the README, ``""`` in a notebook (notebook 00).
         planned: also list the planned notebooks, without a link and marked *coming*.
     """
-    rows = ["| # | notebook | what you learn | CPU min | hosted |", "|---|---|---|---|---|"]
+    rows = []
     for nb in NOTEBOOKS:
         if nb.built:
-            title = f"[{_cell(nb.title)}]({link_prefix}{nb.filename})"
+            title = f"[{nb.title}]({link_prefix}{nb.filename})"
         elif planned:
-            title = f"{_cell(nb.title)} *(coming)*"
+            title = f"{nb.title} *(coming)*"
         else:
             continue
         minutes = "–" if nb.cpu_minutes is None else f"{nb.cpu_minutes:g}"
         runtime = "GPU" if needs_gpu(nb) else "CPU"
         url = hosted_url(nb) if nb.built else None
         hosted = f"[{runtime}]({url})" if url else (runtime if nb.built else "–")
-        rows.append(f"| {nb.number} | {title} | {_cell(nb.learn)} | {minutes} | {hosted} |")
-    return "\n".join(rows)
+        rows.append((nb.number, title, nb.learn, minutes, hosted))
+    return markdown_rows(("#", "notebook", "what you learn", "CPU min", "hosted"), rows)
 
 
 GLOSSARY_FILE = Path(__file__).with_name("glossary.json")
@@ -206,6 +203,6 @@ def glossary_table(ids: list[str] | None = None) -> str:
     if unknown:
         raise KeyError(f"not in the glossary: {unknown}; terms are looked up by id, e.g. 'sft' "
                        f"(course_utils/glossary.json)")
-    rows = ["| English | 中文 | meaning |", "|---|---|---|"]
-    rows += [f"| {_cell(GLOSSARY[k].en)} | {_cell(GLOSSARY[k].zh)} | {_cell(GLOSSARY[k].meaning)} |" for k in keys]
-    return "\n".join(rows)
+    terms = [GLOSSARY[k] for k in keys]
+    return markdown_table({"English": [t.en for t in terms], "中文": [t.zh for t in terms],
+                           "meaning": [t.meaning for t in terms]})

@@ -26,6 +26,7 @@ import torch
 from .data import to_messages
 from .losses import completion_logps, grpo_advantages, grpo_loss, sampler_is_weight
 from .results import before_after, record_value
+from .show import markdown_rows
 
 
 def grpo_rows(problems: list[dict]) -> list[dict]:
@@ -202,20 +203,21 @@ def methods_table(records: Mapping[str, Mapping], before: Mapping, after: Mappin
         ("DPO", "06_dpo", "DPO (06, self-generated pairs)", "policy, reference",
          (("extra", "runs", "(b) self-generated pairs", "seconds"),)),
     )
-    lines = ["| method | models in memory | model memory (MiB) | greedy accuracy | pass@1 | training seconds | "
-             "notebook peak RAM (MiB) |", "|---|---|---|---|---|---|---|"]
+    rows = []
     for method, notebook, name, models, seconds_at in methods:
         record = records.get(notebook)
         if record is None:
-            lines.append(f"| {name} | {models} | {memory_mib[method]:.1f} | *{notebook}'s results are missing: run "
-                         f"it with this seed* | | | |")
+            rows.append((name, models, f"{memory_mib[method]:.1f}",
+                         f"*{notebook}'s results are missing: run it with this seed*", "", "", ""))
             continue
         seconds = _find(record, *seconds_at)
-        lines.append(f"| {name} | {models} | {memory_mib[method]:.1f} | {before_after(record, 'accuracy')} | "
-                     f"{before_after(record, 'pass_at_1')} | {'–' if seconds is None else f'{seconds:.0f}'} | "
-                     f"{record.get('peak_ram_mb', float('nan')):.0f} |")
+        rows.append((name, models, f"{memory_mib[method]:.1f}", before_after(record, "accuracy"),
+                     before_after(record, "pass_at_1"), "–" if seconds is None else f"{seconds:.0f}",
+                     f"{record.get('peak_ram_mb', float('nan')):.0f}"))
     grpo = {"metrics": {key: {"before": before[key], "after": after[key]} for key in ("accuracy", "pass_at_1")}}
-    lines.append(f"| GRPO (07, section 5) | policy with LoRA (reference = adapter off) | {memory_mib['GRPO']:.1f} | "
-                 f"{before_after(grpo, 'accuracy')} | {before_after(grpo, 'pass_at_1')} | {after['seconds']:.0f} | "
-                 f"{peak_ram_mb:.0f} (so far) |")
-    return "\n".join(lines)
+    rows.append(("GRPO (07, section 5)", "policy with LoRA (reference = adapter off)", f"{memory_mib['GRPO']:.1f}",
+                 before_after(grpo, "accuracy"), before_after(grpo, "pass_at_1"), f"{after['seconds']:.0f}",
+                 f"{peak_ram_mb:.0f} (so far)"))
+    headers = ("method", "models in memory", "model memory (MiB)", "greedy accuracy", "pass@1", "training seconds",
+               "notebook peak RAM (MiB)")
+    return markdown_rows(headers, rows)

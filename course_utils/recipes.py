@@ -27,7 +27,7 @@ from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 from typing import ClassVar
 
-from .show import show_markdown
+from .show import markdown_table, show_markdown
 from .run_config import Profile
 
 
@@ -543,14 +543,16 @@ def describe(recipe) -> str:
     """A recipe as a Markdown table: field, value, meaning (changed fields are marked)."""
     cls = type(recipe)
     docs, default = field_docs(cls), cls()
-    rows = [f"**{cls.__name__}** — {cls.__doc__.strip()}", "", "| field | value | meaning |", "|---|---|---|"]
+    names, values, meanings = [], [], []
     for f in fields(recipe):
         value = getattr(recipe, f.name)
         mark = "" if value == getattr(default, f.name) else " ✎"
-        rows.append(f"| `{f.name}` | `{value!r}`{mark} | {docs.get(f.name, '')} |")
-    rows.append("")
-    rows.append("✎ differs from the class default (profile or override).")
-    return "\n".join(rows)
+        names.append(f"`{f.name}`")
+        values.append(f"`{value!r}`{mark}")
+        meanings.append(docs.get(f.name, ""))
+    table = markdown_table({"field": names, "value": values, "meaning": meanings})
+    return (f"**{cls.__name__}** — {cls.__doc__.strip()}\n\n{table}\n\n"
+            "✎ differs from the class default (profile or override).")
 
 
 def show(recipe) -> None:

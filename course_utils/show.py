@@ -1,11 +1,10 @@
 """What a notebook cell shows: a from-scratch result compared with the library's (:func:`compare`), a function's
-source (:func:`show_source`), Markdown (:func:`show_markdown`) and a table from columns (:func:`markdown_table`)."""
+source (:func:`show_source`), Markdown (:func:`show_markdown`) and a table from columns (:func:`markdown_table`) or
+from rows (:func:`markdown_rows`)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-
-import torch
+from collections.abc import Iterable, Mapping, Sequence
 
 
 def compare(name: str, ours, reference, atol: float = 1e-6, rtol: float = 1e-5) -> float:
@@ -15,6 +14,8 @@ def compare(name: str, ours, reference, atol: float = 1e-6, rtol: float = 1e-5) 
     raises ``AssertionError`` if ``|ours - reference| > atol + rtol * |reference|``
     anywhere. Returns the max absolute difference.
     """
+    import torch   # here, not at the top: the tables (course.notebook_table, the reports) need no torch
+
     ours_t = torch.as_tensor(ours).detach().cpu()
     ref_t = torch.as_tensor(reference).detach().cpu()
     if ours_t.shape != ref_t.shape:
@@ -90,3 +91,14 @@ def markdown_table(columns: Mapping[str, Sequence], index: Sequence | None = Non
     for row in zip(*columns.values()):
         lines.append("| " + " | ".join(_markdown_cell(v) for v in row) + " |")
     return "\n".join(lines)
+
+
+def markdown_rows(headers: Sequence[str], rows: Iterable[Sequence]) -> str:
+    """:func:`markdown_table` from rows: ``headers`` and one sequence of cells per row (a header-only table for none);
+    for tables built a row at a time."""
+    rows = [list(row) for row in rows]
+    if any(len(row) != len(headers) for row in rows):
+        raise ValueError(f"{len(headers)} headers but rows of {sorted({len(row) for row in rows})} cells")
+    if len(set(headers)) != len(headers):
+        raise ValueError(f"repeated headers: {list(headers)}")
+    return markdown_table({header: [row[j] for row in rows] for j, header in enumerate(headers)})

@@ -166,6 +166,15 @@ def test_markdown_table_formats_numbers_and_escapes_text():
         show.markdown_table({"a": [1, 2], "b": [1]})
 
 
+def test_markdown_rows_is_markdown_table_by_rows():
+    assert show.markdown_rows(("a", "b"), [("x|y", 1), ("", "1")]) == show.markdown_table({"a": ["x|y", ""], "b": [1, "1"]})
+    assert show.markdown_rows(("a", "b"), []) == "| a | b |\n|---|---|"       # no rows: the header alone
+    with pytest.raises(ValueError, match="2 headers"):
+        show.markdown_rows(("a", "b"), [("x",)])
+    with pytest.raises(ValueError, match="repeated"):
+        show.markdown_rows(("a", "a"), [("x", "y")])
+
+
 def test_timed_run_measures_the_start_every_few_steps_and_the_end_then_records_the_run(tokenizer):
     from types import SimpleNamespace
 
