@@ -185,3 +185,23 @@ def test_the_grpo_script_recipe_is_07s_gpu_recipe():
     assert {k: recipe[k] for k in pairs} == {k: gpu[v] for k, v in pairs.items()}
     completions = recipe["per_device_train_batch_size"] * recipe["gradient_accumulation_steps"]
     assert completions == gpu["prompts_per_step"] * gpu["num_generations"]
+
+
+def test_the_gpu_check_parses_and_its_tiny_path_runs(tmp_path):
+    """scripts/gpu_check.sh (notebook 11 on a GPU machine without internet) cannot run here; its shell parses, and
+    scripts/gpu_check.py --tiny takes the same steps on a tiny Qwen3 with TRL + PEFT on the CPU."""
+    import json
+    for script in ("gpu_check.sh", "fetch_gpu_wheels.sh"):
+        assert subprocess.run(["bash", "-n", str(SCRIPTS / script)]).returncode == 0, script
+    out = tmp_path / "check.json"
+    run = subprocess.run([sys.executable, str(SCRIPTS / "gpu_check.py"), "--tiny", "--prime-steps", "1",
+                          "--grpo-steps", "1", "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "OMP_NUM_THREADS": "2", "HF_HUB_OFFLINE": "1"}, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    steps = json.loads(out.read_text())["steps"]
+    assert {name: step["status"] for name, step in steps.items()} == {
+        "environment": "ok", "build the model": "ok", "load (transformers + PEFT LoRA)": "ok", "priming SFT": "ok",
+        "held-out measurement (vLLM)": "skipped", "GRPO": "ok", "estimate": "ok"}, steps
+    assert steps["environment"]["path"] == "TRL + PEFT" and steps["environment"]["optim"] == "adamw_torch"
+    assert len(steps["priming SFT"]["step_seconds"]) == 1 and len(steps["GRPO"]["step_seconds"]) == 1
+    assert steps["GRPO"]["completions_per_step"] == 8 and steps["estimate"]["estimate_peak_gib"] > 0
