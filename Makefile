@@ -110,8 +110,10 @@ drift: install $(DRIFT_VENV)/.installed
 # parity checks in a throw-away .venv-latest/ with the newest TRL, transformers, peft, datasets and accelerate over
 # the CPU torch; writes build/LATEST.md. TRL=1.15.0 holds TRL (the rest newest), PINS="transformers==5.17.0" others,
 # REST=lock every package not pinned at the lock; LATEST_NOTEBOOKS="02 07" also runs those notebooks headless.
+LATEST_VENV ?= .venv-latest
 latest:
-	$(OFFLINE) $(PYTHON) -m course_tools.latest --python $(PYTHON) --torch "$(TORCH_SPEC)" $(if $(TRL),--pin trl==$(TRL)) \
+	$(OFFLINE) $(PYTHON) -m course_tools.latest --venv $(LATEST_VENV) --python $(PYTHON) --torch "$(TORCH_SPEC)" \
+	  $(if $(TRL),--pin trl==$(TRL)) \
 	  $(foreach p,$(PINS),--pin $(p)) $(if $(filter lock,$(REST)),--lock) $(if $(LATEST_NOTEBOOKS),--notebooks $(LATEST_NOTEBOOKS))
 
 clean:

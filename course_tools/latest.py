@@ -191,7 +191,8 @@ def _column(run: dict) -> str:
     """A run's column heading: its versions of :data:`LANE`, and how the others were chosen."""
     v = run["versions"]
     held = {"lock": ", the rest at the lock", "newest": ", the rest newest"}[run["rest"]]
-    return f"TRL {v.get('trl')} (transformers {v.get('transformers')}{held})"
+    cut = ", interrupted: part of the tests" if run.get("pytest_exit") == 2 else ""   # pytest's exit 2: stopped
+    return f"TRL {v.get('trl')} (transformers {v.get('transformers')}{held}{cut})"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -245,6 +246,12 @@ def report_markdown(runs: list[dict]) -> str:
     return "".join(out)
 
 
+def write_run(run: dict, out: Path, name: str) -> None:
+    """Record ``run`` as ``out/latest/<name>.json`` and rewrite ``out/LATEST.md`` over every recorded run."""
+    (out / "latest" / f"{name}.json").write_text(json.dumps(run, indent=1) + "\n", encoding="utf-8")
+    (out / "LATEST.md").write_text(report_markdown(load_runs(out / "latest")), encoding="utf-8")
+
+
 def run_notebooks(venv: Path, root: Path, numbers: list[str], out: Path) -> list[dict]:
     """Run the notebooks ``numbers`` (``["02", "07"]``) headless in ``venv``, one after another, with an artifacts
     folder of their own under ``out`` (a stage a notebook loads and does not find is rebuilt there); each one's
@@ -275,9 +282,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-build", action="store_true", help="reuse the environment at --venv as it is")
     parser.add_argument("--notebooks", nargs="*", default=[], help="notebooks to run afterwards, e.g. 02 07")
     parser.add_argument("--out", default=str(root / "build"))
+    parser.add_argument("--report", action="store_true",
+                        help="only rewrite LATEST.md from the runs in latest/ (runs copied from other clones)")
     parser.add_argument("tests", nargs="*", default=["tests"], help="what pytest runs (default: tests/)")
     args = parser.parse_args(argv)
     venv, out = Path(args.venv).resolve(), Path(args.out).resolve()
+    if args.report:
+        (out / "LATEST.md").write_text(report_markdown(load_runs(out / "latest")), encoding="utf-8")
+        return 0
     t0 = time.time()
     if not args.no_build:
         constraints = lock_constraints(root / "requirements-lock.txt", args.pin) if args.lock else None
@@ -294,11 +306,11 @@ def main(argv: list[str] | None = None) -> int:
     cases = parse_junit(junit)
     run = {"versions": versions, "rest": "lock" if args.lock else "newest", "pins": args.pin,
            "seconds": {"build": round(built - t0), "tests": round(time.time() - built)},
-           "counts": counts(cases), "tests": cases}
-    if args.notebooks:
+           "pytest_exit": rc, "counts": counts(cases), "tests": cases}
+    write_run(run, out, name)
+    if args.notebooks:                 # the tests' report stands first; the notebooks' figures are added to it
         run["notebooks"] = run_notebooks(venv, root, args.notebooks, out / "latest" / f"{name}-notebooks")
-    (out / "latest" / f"{name}.json").write_text(json.dumps(run, indent=1) + "\n", encoding="utf-8")
-    (out / "LATEST.md").write_text(report_markdown(load_runs(out / "latest")), encoding="utf-8")
+        write_run(run, out, name)
     print(f"{name}: " + ", ".join(f"{n} {o}" for o, n in run["counts"].items())
           + f"; build {run['seconds']['build']} s, tests {run['seconds']['tests']} s; wrote {out / 'LATEST.md'}")
     return 0
