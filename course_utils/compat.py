@@ -80,8 +80,24 @@ class DenseDivergenceFunction:
         return generalized_jsd(z_s, z_t, beta, temperature=temperature, reduction="none"), entropy
 
 
+def trl_has_cpu_kernels() -> bool:
+    """True where TRL's own kernels run on CPU tensors, so nothing needs replacing.
+
+    TRL 1.16 and newer choose Triton or plain torch per call, by the tensors' device
+    (``trl.kernels.chunked_logprob._use_triton``); TRL 1.15 has only the Triton kernel.
+    """
+    try:
+        from trl.kernels import chunked_logprob
+    except ImportError:  # TRL missing, or TRL 1.15 without Triton (its kernels package imports Triton)
+        return False
+    return hasattr(chunked_logprob, "_use_triton")
+
+
 def install_trl_cpu_fallback() -> bool:
     """Give TRL the dense fallbacks where its Triton kernels are unavailable; True if installed (or already).
+
+    False where nothing needs replacing: Triton is present (a GPU machine), or TRL's own kernels have a CPU path
+    (:func:`trl_has_cpu_kernels`, TRL 1.16 and newer).
 
     Two kernels: the chunked log-prob (``trl.trainer.utils._ChunkedLogProbFunction``, which the GRPO, GKD and other
     trainers use) and the chunked divergence that ``DistillationTrainer`` imports from
@@ -93,6 +109,8 @@ def install_trl_cpu_fallback() -> bool:
     try:
         import trl.trainer.utils as trl_utils
     except ImportError:  # TRL not installed: nothing to patch
+        return False
+    if trl_has_cpu_kernels():
         return False
     if getattr(trl_utils, "_ChunkedLogProbFunction", None) is None:
         trl_utils._ChunkedLogProbFunction = DenseLogProbFunction

@@ -15,8 +15,18 @@ def test_importing_the_package_imports_no_trl():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_trl_has_cpu_kernels_from_1_16_on():
+    """TRL 1.15 has only the Triton kernel; 1.16 added a torch path chosen per call by the tensors' device."""
+    import trl
+    from packaging.version import Version
+
+    from course_utils.compat import trl_has_cpu_kernels
+    assert trl_has_cpu_kernels() is (Version(trl.__version__) >= Version("1.16"))
+
+
 def test_fallback_replaces_a_missing_kernel_and_keeps_a_real_one(monkeypatch):
     import trl.trainer.utils as trl_utils
+    monkeypatch.setattr("course_utils.compat.trl_has_cpu_kernels", lambda: False)   # as on TRL 1.15
     monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", None)   # as on a machine without Triton
     assert install_trl_cpu_fallback() is True
     assert trl_utils._ChunkedLogProbFunction is DenseLogProbFunction
@@ -82,11 +92,16 @@ def test_dense_divergence_is_the_generalised_jsd_of_the_heads_logits(beta, tempe
 
 def test_distillation_trainers_loss_runs_on_the_dense_kernel():
     """TRL's own reduction around the kernel (``_chunked_divergence_loss``) finds the fallback and gives the mean of
-    the per-token divergence over the completion mask."""
+    the per-token divergence over the completion mask. On a TRL whose own kernels have a CPU path (1.16 and newer)
+    nothing is replaced and the same equality checks TRL's torch path."""
+    from course_utils.compat import trl_has_cpu_kernels
     from course_utils.losses import generalized_jsd
-    assert install_trl_cpu_fallback()
+    installed = install_trl_cpu_fallback()
     import importlib.util
-    if importlib.util.find_spec("triton") is None:     # the CPU machine: TRL's import finds the dense kernel
+    if trl_has_cpu_kernels():
+        assert not installed
+    elif importlib.util.find_spec("triton") is None:     # the CPU machine: TRL's import finds the dense kernel
+        assert installed
         assert sys.modules["trl.kernels.chunked_divergence"].ChunkedDivergenceFunction is DenseDivergenceFunction
     from trl.trainer.distillation_trainer import _chunked_divergence_loss
     h_s, w_s, _, h_t, w_t = (x.float() for x in _heads())
