@@ -437,7 +437,22 @@ ADV = [
 
 
 # ---------------------------------------------------------------------------------------------- grpo_loss
-def _gl_args(off_policy=True, beta=0.0, **kw):
+# the sampler's importance weight as losses.sampler_is_weight makes it, one per TRL mode: per token (B, T) or per
+# completion (B, 1), bounded above by 3; the "mask" modes drop tokens or whole completions (weight 0)
+IS_WEIGHT_KINDS = ("token_truncate", "sequence_truncate", "token_mask", "sequence_mask")
+
+
+def _gl_weight(kind, seed):
+    shape = (4, 6) if kind.startswith("token") else (4, 1)
+    weight = torch.exp(_randn(*shape, seed=seed + 5, scale=0.6)).clamp(max=3.0)
+    if kind == "token_mask":
+        weight[1, 0] = weight[3, 2] = 0.0                  # two tokens of full-length completions dropped
+    if kind == "sequence_mask":
+        weight[1] = 0.0                                    # a whole completion dropped
+    return weight
+
+
+def _gl_args(off_policy=True, beta=0.0, is_weight=None, **kw):
     def make(seed):
         logps = _randn(4, 6, seed=seed, scale=0.3) - 1.0
         old = (logps + _randn(4, 6, seed=seed + 1, scale=0.3)) if off_policy else None
@@ -445,8 +460,19 @@ def _gl_args(off_policy=True, beta=0.0, **kw):
         mask = torch.ones(4, 6)
         mask[0, 2:] = 0
         mask[2, 4:] = 0
-        return (logps, old, ref, _randn(4, seed=seed + 3), mask), {"beta": beta, "max_completion_length": 6, **kw}
+        weight = {} if is_weight is None else {"is_weight": _gl_weight(is_weight, seed)}
+        return (logps, old, ref, _randn(4, seed=seed + 3), mask), {"beta": beta, "max_completion_length": 6, **kw,
+                                                                    **weight}
     return make
+
+
+def _gl_weighted(student, ref, kinds, levels=("token",), loss_types=("dapo",), **kw):
+    """Student and reference with the sampler's weight, over every combination of weight kind, level and loss type."""
+    for kind in kinds:
+        for level in levels:
+            for loss_type in loss_types:
+                _both(student, ref, _gl_args(is_weight=kind, importance_sampling_level=level, loss_type=loss_type,
+                                             **kw), f"is_weight {kind}, {level} level, {loss_type}")
 
 
 GRPO = [
@@ -466,6 +492,18 @@ GRPO = [
           "one ratio per completion: exp of the mean of its real tokens' log-ratios"),
     Check("gradient", lambda s, r: _grads(s, r, _gl_args(beta=0.1), (0,), "d loss / d logps"),
           "only the current log-probs carry gradient"),
+    Check("the sampler's weight (is_weight)", lambda s, r: _gl_weighted(s, r, IS_WEIGHT_KINDS[:2]),
+          "is_weight ((B, T) or (B, 1)) multiplies each token's clipped policy-gradient loss, after the clip"),
+    Check("the sampler's weight and the KL term", lambda s, r: [_gl_weighted(s, r, IS_WEIGHT_KINDS[:2], beta=0.1,
+          use_bias_correction_kl=b) for b in (True, False)],
+          "is_weight multiplies the policy-gradient term only: the KL term is added after, unweighted"),
+    Check("the sampler's weight under every loss type", lambda s, r: _gl_weighted(s, r, IS_WEIGHT_KINDS, beta=0.04,
+          loss_types=losses.GRPO_LOSS_TYPES),
+          "the weight changes each token's loss, never the normaliser: a token or completion it drops (weight 0) "
+          "still counts in each loss type's normaliser, as the mask says"),
+    Check("the sampler's weight at sequence level (GSPO)", lambda s, r: _gl_weighted(s, r, IS_WEIGHT_KINDS,
+          levels=("sequence",), loss_types=losses.GRPO_LOSS_TYPES, beta=0.04),
+          "with one ratio per completion, is_weight still multiplies each token's policy-gradient loss"),
     Check("training smoke: GRPO learns", lambda s, r: _grpo_toy(REFERENCE["grpo_advantages"], s),
           "with your loss, GRPO must learn each prompt's best answer"),
 ]

@@ -94,6 +94,19 @@ MUTANTS = {
         ("epsilon_high ignored", "the clip, with epsilon_high", [("1 + epsilon_high", "1 + epsilon_low")]),
         ("dr_grpo divided by the token count", "loss types",
          [("per_token.sum() / (per_token.size(0) * max_completion_length)", "per_token.sum() / mask.sum()")]),
+        ("the sampler's weight ignored", "the sampler's weight (is_weight)",
+         [("if is_weight is not None:", "if False:")]),
+        ("the sampler's weight folded into the ratio before the clip", "the sampler's weight (is_weight)",
+         [("ratio = torch.exp(log_ratio)", "ratio = torch.exp(log_ratio) * (1.0 if is_weight is None else is_weight)"),
+          ("if is_weight is not None:", "if False:")]),
+        ("the sampler's weight multiplied into the KL term too", "the sampler's weight and the KL term",
+         [("per_token = per_token + beta * (kl * ratio if use_bias_correction_kl else kl)",
+           "per_token = per_token + beta * (kl * ratio if use_bias_correction_kl else kl)"
+           " * (1.0 if is_weight is None else is_weight)")]),
+        ("tokens the weight drops left out of the normaliser", "the sampler's weight under every loss type",
+         [("per_token = per_token * is_weight", "per_token, mask = per_token * is_weight, mask * (is_weight != 0)")]),
+        ("the sampler's weight ignored at sequence level", "the sampler's weight at sequence level (GSPO)",
+         [("if is_weight is not None:", 'if is_weight is not None and importance_sampling_level == "token":')]),
     ],
     "soft_distillation_loss": [
         ("no T^2", "the temperature and its T^2", [("return temperature ** 2 * masked_mean(", "return masked_mean(")]),
@@ -143,9 +156,11 @@ def test_the_accuracy_template_itself_passes():
     assert grader.score(grader.grade_function("accuracy_reward", namespace["accuracy_reward"])) == 1.0
 
 
-def _student_namespace() -> dict:
+def _student_namespace(name: str | None = None) -> dict:
+    """What a student.py holding ``name`` has in scope: the header, and its assignment's imports (A3's kl_estimate)."""
+    imports = "".join(a.imports for a in assignments.ASSIGNMENTS.values() if any(g.name == name for g in a.functions))
     namespace: dict = {}
-    exec(assignments.STUDENT_HEADER.format(title="t", key="A0"), namespace)
+    exec(assignments.STUDENT_HEADER.format(title="t", key="A0") + imports, namespace)
     return namespace
 
 
@@ -154,7 +169,7 @@ def _mutant(name: str, edits) -> object:
     for old, new in edits:
         assert old in source, f"{name}: the mutation's text {old!r} is no longer in the reference"
         source = source.replace(old, new)
-    namespace = _student_namespace()
+    namespace = _student_namespace(name)
     exec(source, namespace)
     return namespace[name]
 
@@ -167,6 +182,7 @@ def test_a_typical_mistake_fails_a_named_check(name, mistake, check, edits):
     failed = {r.check: r.message for r in grader.grade_function(name, _mutant(name, edits)) if not r.passed}
     assert check in failed, f"{mistake}: failed only {sorted(failed)}"
     assert "—" in failed[check]                                   # the message carries the check's hint
+    assert "NameError" not in failed[check], failed[check]        # caught by what it computes, not a missing import
 
 
 @pytest.mark.parametrize("mistake,check,slots", ACCURACY_MUTANTS, ids=[m[0] for m in ACCURACY_MUTANTS])
