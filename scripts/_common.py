@@ -9,6 +9,7 @@ at parse time instead of being silently ignored.
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -165,5 +166,10 @@ def train_and_save(trainer, training_args) -> Path:
     # every process waits here, then the process group is torn down: a rank that exits with gloo's threads still
     # running can abort ("terminate called without an active exception") and fail the launch
     trainer.accelerator.wait_for_everyone()
+    # A gloo worker thread frees the barrier's finished collectives after it returns, and freeing their tensors
+    # takes the GIL. At exit the process group's destructor joins that thread while holding the GIL: if the thread
+    # has not run by then, both wait forever (a hang after "Model saved", seen with py-spy). The pause lets it run.
+    if trainer.accelerator.num_processes > 1:
+        time.sleep(1.0)
     trainer.accelerator.end_training()
     return Path(training_args.output_dir)
