@@ -9,6 +9,11 @@ measured in, and the course's results table (:data:`RESULTS_ROWS`, one column pe
 between its two markers (:func:`write_results_table`). The notebooks' measured ranges come from it.
 
 ``python -m course_tools.seeds --report-only 1234 7`` re-tabulates finished runs.
+
+Each finished seed's results records are also kept in the repository, under ``docs/seeds/s<seed>/`` (``--keep``;
+:func:`keep_records`), with the seed's ``RESULTS.md`` (its checks' lines and its failures): the cross-seed record
+outlives the artifacts folder, so seeds run on different days (or machines, which the records name) tabulate
+together. ``--report-only`` reads a seed's artifacts folder where it has one and its kept records otherwise.
 """
 from __future__ import annotations
 
@@ -25,6 +30,21 @@ from course_utils.environment import environment_markdown
 from course_utils.paths import repo_root
 from course_utils.results import before_after, load_results, record_value
 from course_utils.show import markdown_rows
+
+
+def keep_records(seed: int, art: Path, out: Path, keep: Path) -> Path:
+    """Copy seed ``seed``'s results records (``art/results/*.json``) and its ``RESULTS.md`` (in ``out``) to
+    ``keep/s<seed>/``, replacing what an earlier run of that seed kept there."""
+    import shutil
+    dest = keep / f"s{seed}"
+    if dest.is_dir():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    for record in sorted((art / "results").glob("*.json")):
+        shutil.copy2(record, dest / record.name)
+    if (out / "RESULTS.md").is_file():
+        shutil.copy2(out / "RESULTS.md", dest / "RESULTS.md")
+    return dest
 
 
 def seed_folders(seed: int, artifacts: Path, build: Path) -> tuple[Path, Path]:
@@ -198,6 +218,8 @@ def results_table(records: dict[int, list[dict]]) -> str:
 
 
 RESULTS_DOC = "docs/results.md"
+KEPT_RECORDS = "docs/seeds"
+"""where each finished seed's records are kept, relative to the repository root (``--keep``)"""
 """where ``make seeds`` writes the results table, relative to the repository root"""
 TABLE_START = "<!-- make seeds writes the table below (course_tools/seeds.py); edit the rows there -->"
 TABLE_END = "<!-- end of the table make seeds writes -->"
@@ -221,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--build", default=str(root / "build"))
     parser.add_argument("--report-only", action="store_true", help="tabulate finished runs; run nothing")
     parser.add_argument("--notebooks", nargs="*", default=[], help="run only these notebooks (default: all)")
+    parser.add_argument("--keep", default=str(root / KEPT_RECORDS),
+                        help="where each finished seed's records are kept in the repository ('' keeps none)")
     parser.add_argument("--results-doc", default=str(root / RESULTS_DOC),
                         help="the page whose results table to rewrite ('' leaves it alone)")
     args = parser.parse_args(argv)
@@ -237,8 +261,15 @@ def main(argv: list[str] | None = None) -> int:
             seconds[seed] = time.time() - t0
             if rc:
                 failed.append(seed)
-        records[seed] = load_results(art / "results") if (art / "results").is_dir() else []
-        failed_nbs[seed] = failed_notebooks(out)
+            if args.keep and (art / "results").is_dir():
+                keep_records(seed, art, out, Path(args.keep))
+        kept = Path(args.keep) / f"s{seed}" if args.keep else None
+        if (art / "results").is_dir():
+            records[seed], failed_nbs[seed] = load_results(art / "results"), failed_notebooks(out)
+        elif kept is not None and kept.is_dir():
+            records[seed], failed_nbs[seed] = load_results(kept), failed_notebooks(kept)
+        else:
+            records[seed], failed_nbs[seed] = [], failed_notebooks(out)
     build.mkdir(parents=True, exist_ok=True)
     table = results_table(records)
     (build / "SEEDS.md").write_text(seeds_markdown(records, seconds, failed_nbs)

@@ -167,11 +167,11 @@ def test_seeds_report_only_reads_each_seed_folder(tmp_path):
         (art / "results").mkdir(parents=True)
         (art / "results" / "05_ppo.json").write_text(json.dumps(_record("05_ppo", seed, after)), encoding="utf-8")
     assert seeds.main(["--report-only", "3", "5", "--artifacts", str(tmp_path / "artifacts"),
-                       "--build", str(tmp_path / "build"), "--results-doc", str(doc)]) == 0
+                       "--build", str(tmp_path / "build"), "--results-doc", str(doc), "--keep", ""]) == 0
     (tmp_path / "build" / "seeds" / "s5").mkdir(parents=True)
     (tmp_path / "build" / "seeds" / "s5" / "RESULTS.md").write_text("x\n**Failed:** 05_ppo.ipynb, 07_grpo.ipynb\n")
     assert seeds.main(["--report-only", "3", "5", "--artifacts", str(tmp_path / "artifacts"),
-                       "--build", str(tmp_path / "build"), "--results-doc", str(doc)]) == 0
+                       "--build", str(tmp_path / "build"), "--results-doc", str(doc), "--keep", ""]) == 0
     text = (tmp_path / "build" / "SEEDS.md").read_text()
     assert "| 05_ppo | accuracy | 0.1 → 0.25 | 0.1 → 0.5 | 0.25 – 0.5 |" in text
     assert "05_ppo.ipynb at seed 5, 07_grpo.ipynb at seed 5" in text
@@ -180,6 +180,26 @@ def test_seeds_report_only_reads_each_seed_folder(tmp_path):
     assert page.startswith("# Results\n\nabove\n\n") and page.endswith(f"{seeds.TABLE_END}\n\nbelow\n")
     assert "| old |" not in page and "| # | run | seed 3 | seed 5 |" in page
     assert page.count("| 05 | PPO against the rule-based verifier") == 1
+
+
+def test_a_seeds_kept_records_tabulate_without_its_artifacts(tmp_path):
+    """A seed run on another day: its records kept under docs/seeds/s<seed>/ (with its RESULTS.md) stand in for an
+    artifacts folder that is gone; a seed with artifacts reads those."""
+    from course_tools import seeds
+    art, out = seeds.seed_folders(9, tmp_path / "artifacts", tmp_path / "build")
+    (art / "results").mkdir(parents=True)
+    (art / "results" / "05_ppo.json").write_text(json.dumps(_record("05_ppo", 9, 0.75)), encoding="utf-8")
+    out.mkdir(parents=True)
+    (out / "RESULTS.md").write_text("x\n**Failed:** 07_grpo.ipynb\n")
+    kept = seeds.keep_records(9, art, out, tmp_path / "kept")
+    assert sorted(p.name for p in kept.iterdir()) == ["05_ppo.json", "RESULTS.md"]
+    import shutil
+    shutil.rmtree(tmp_path / "artifacts")
+    shutil.rmtree(tmp_path / "build")
+    assert seeds.main(["--report-only", "9", "--artifacts", str(tmp_path / "artifacts"), "--build",
+                       str(tmp_path / "build"), "--results-doc", "", "--keep", str(tmp_path / "kept")]) == 0
+    text = (tmp_path / "build" / "SEEDS.md").read_text()
+    assert "| 05_ppo | accuracy | 0.1 → 0.75 |" in text and "07_grpo.ipynb at seed 9" in text
 
 
 def test_the_results_page_holds_the_rows_make_seeds_writes():
