@@ -106,6 +106,18 @@ def tiny_qwen3_config(vocab_size: int, hidden_size: int = 96, layers: int = 4, h
         use_cache=True)
 
 
+SHAPE_ARGUMENTS = ("hidden_size", "layers", "heads", "kv_heads", "head_dim", "intermediate_size", "max_positions")
+
+
+def course_model_shape() -> dict:
+    """The course model's sizes, as :func:`tiny_qwen3_config`'s defaults give them. A stage trained from scratch
+    records them among its inputs (``stages.stage_inputs``), so a checkpoint of another shape (one saved before a
+    default changed) is rebuilt, never loaded as if it were today's."""
+    import inspect
+    parameters = inspect.signature(tiny_qwen3_config).parameters
+    return {name: parameters[name].default for name in SHAPE_ARGUMENTS}
+
+
 def build_model(tokenizer: PreTrainedTokenizerFast, seed: int, **config_kwargs) -> Qwen3ForCausalLM:
     """A freshly initialised tiny ``Qwen3ForCausalLM`` matching ``tokenizer``."""
     config = tiny_qwen3_config(

@@ -38,7 +38,8 @@ from transformers import AutoModelForCausalLM, AutoModelForSequenceClassificatio
 from . import training
 from .adapt import adapt
 from .course import notebook_name
-from .modeling import build_model, check_safetensors_dir, save_checkpoint, train_tokenizer, transformers_errors_only
+from .modeling import (build_model, check_safetensors_dir, course_model_shape, save_checkpoint, train_tokenizer,
+                       transformers_errors_only)
 from .paths import artifacts_dir
 from .run_config import Profile, get_profile, seed_everything
 from .recipes import recipe_for
@@ -89,9 +90,10 @@ def is_hub_stage(name: str, profile: Profile) -> bool:
 def stage_inputs(name: str, profile: Profile, recipe=None) -> dict:
     """Everything that makes stage ``name`` for ``profile``, as ``stage.json`` records it.
 
-    The profile (and so the base model), the seed, the recipe (default: its notebook's) and,
-    recursively, the parent stage's own inputs: a stage built from another parent, seed or
-    recipe is another stage, whatever its folder is called.
+    The profile (and so the base model), the seed, the recipe (default: its notebook's), the
+    model's shape for a stage trained from scratch (``modeling.course_model_shape``) and,
+    recursively, the parent stage's own inputs: a stage built from another parent, seed, recipe
+    or shape is another stage, whatever its folder is called.
     """
     stage = get_stage(name)
     if is_hub_stage(name, profile):
@@ -100,6 +102,8 @@ def stage_inputs(name: str, profile: Profile, recipe=None) -> dict:
     info = {"stage": name, "profile": profile.slug, "seed": profile.seed,
             "recipe": {"class": type(recipe).__name__, **asdict(recipe)},
             "parent": stage_inputs(stage.parent, profile) if stage.parent else None}
+    if stage.parent is None:
+        info["model"] = course_model_shape()
     return json.loads(json.dumps(info, sort_keys=True))       # as it reads back from JSON (tuples as lists)
 
 
