@@ -227,7 +227,7 @@ def save_for_vllm(model, tokenizer, folder: str | Path) -> Path:
     folder = Path(folder)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    model.config._name_or_path = str(folder)
+    model.name_or_path = model.config._name_or_path = str(folder)     # the attribute is set once, at load
     return folder
 
 

@@ -272,3 +272,14 @@ def test_vllm_cpu_reason_says_why_vllm_cannot_serve_the_model(monkeypatch):
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else find_spec(name, *a))
     assert "not installed" in capstone.vllm_cpu_reason(course_model)
+
+
+def test_save_for_vllm_points_the_model_at_its_own_checkpoint(tokenizer, tmp_path):
+    """TRL's colocated vLLM loads ``model.name_or_path``: after :func:`capstone.save_for_vllm` that is the saved
+    checkpoint (with the tag tokens the stage it came from lacks), not the stage."""
+    from transformers import AutoConfig
+    model, tok = build_model(tokenizer, seed=0), copy.deepcopy(tokenizer)
+    capstone.add_tag_tokens(model, tok, TAGS)
+    folder = capstone.save_for_vllm(model, tok, tmp_path / "primed")
+    assert model.name_or_path == model.config._name_or_path == str(folder)
+    assert AutoConfig.from_pretrained(folder).vocab_size == len(tok) == model.get_input_embeddings().weight.shape[0]

@@ -299,3 +299,28 @@ def test_importance_sampling_weight_is_trls_rule(run, mode, clip_min, clip_max):
     cells = theirs if mode.startswith("sequence") else theirs[batch["completion_mask"].bool()]
     bound = (cells == 0) if mode.endswith("mask") else cells == 1.0
     assert bound.any() and not bound.all(), cells
+
+
+def test_notebook_11s_engine_answers_as_hf_generate_with_and_without_a_lora(tokenizer, tmp_path):
+    """Notebook 11's evaluation engine on a CPU (``capstone.CpuVllm``: vLLM in float32, LoRA on) gives HF
+    ``generate``'s greedy answers, for the model alone and with a PEFT adapter passed as a ``LoRARequest`` (as unsloth's
+    ``load_lora`` does on the GPU); the adapter changes them."""
+    from peft import LoraConfig, get_peft_model
+
+    from course_utils import capstone, generation
+    from course_utils.modeling import build_model, save_checkpoint
+    model = build_model(tokenizer, seed=1)
+    path = save_checkpoint(model, tokenizer, tmp_path / "model")
+    adapted_model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, init_lora_weights=False, task_type="CAUSAL_LM",
+                                                     target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
+                                                                     "gate_proj", "up_proj", "down_proj"]))
+    adapted_model.save_pretrained(str(tmp_path / "lora"))
+    engine = capstone.CpuVllm(path, max_lora_rank=8)
+    prompts = [f"<|im_start|>user\nWhat is {a} plus {b}?<|im_end|>\n<|im_start|>assistant\n"
+               for a, b in [(12, 30), (7, 5), (40, 41), (3, 9)]]
+    base = capstone.greedy_answers(engine, tokenizer, prompts, 16, use_vllm=True)
+    adapted = capstone.greedy_answers(engine, tokenizer, prompts, 16, use_vllm=True, lora_path=tmp_path / "lora")
+    with adapted_model.disable_adapter():
+        assert base == generation.generate(adapted_model, tokenizer, prompts, max_new_tokens=16)
+    assert adapted == generation.generate(adapted_model, tokenizer, prompts, max_new_tokens=16)
+    assert adapted != base
