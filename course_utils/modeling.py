@@ -86,20 +86,21 @@ def train_tokenizer(texts: list[str] | None = None, vocab_size: int = DEFAULT_VO
 def tiny_qwen3_config(vocab_size: int, hidden_size: int = 96, layers: int = 4, heads: int = 4,
                       kv_heads: int = 2, intermediate_size: int = 256, max_positions: int = 256,
                       pad_token_id: int | None = None, eos_token_id: int | None = None,
-                      bos_token_id: int | None = None, head_dim: int | None = None) -> Qwen3Config:
+                      bos_token_id: int | None = None, head_dim: int = 32) -> Qwen3Config:
     """A Qwen3 config small enough to train on two CPU cores in about a minute.
 
     Same architecture as Qwen3-0.6B (RMSNorm, rotary positions, grouped-query
     attention with q/k norms, SwiGLU MLP, tied embeddings); only the sizes differ.
 
-    ``head_dim`` defaults to ``hidden_size // heads`` (24). Qwen3 lets the two differ (Qwen3-0.6B runs 16 heads of
-    128 on a hidden size of 1,024); vLLM's CPU attention takes head sizes from 32 up, so the course's model runs in
-    vLLM only with ``head_dim=32`` (docs/vllm-cpu.md says why the default is still 24).
+    ``head_dim`` is set on its own, not derived as ``hidden_size // heads``: Qwen3 decouples the two (Qwen3-0.6B runs
+    16 heads of 128 on a hidden size of 1,024), and 32 is the smallest head size vLLM's CPU attention accepts
+    (``vllm/v1/attention/backends/cpu_attn.py``), so the course's model runs in vLLM as well as in transformers
+    (docs/vllm-cpu.md).
     """
     return Qwen3Config(
         vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size,
         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
-        head_dim=hidden_size // heads if head_dim is None else head_dim, max_position_embeddings=max_positions,
+        head_dim=head_dim, max_position_embeddings=max_positions,
         tie_word_embeddings=True, rope_theta=10000.0, attention_dropout=0.0,
         pad_token_id=pad_token_id, eos_token_id=eos_token_id, bos_token_id=bos_token_id,
         use_cache=True)
@@ -110,8 +111,8 @@ SHAPE_ARGUMENTS = ("hidden_size", "layers", "heads", "kv_heads", "head_dim", "in
 
 def course_model_shape() -> dict:
     """The course model's sizes, as :func:`tiny_qwen3_config`'s defaults give them. A stage trained from scratch
-    records them among its inputs (``stages.stage_inputs``), so a checkpoint of another shape (one saved under
-    another default) is rebuilt, never loaded as if it were today's."""
+    records them among its inputs (``stages.stage_inputs``), so a checkpoint of another shape (one saved before a
+    default changed) is rebuilt, never loaded as if it were today's."""
     import inspect
     parameters = inspect.signature(tiny_qwen3_config).parameters
     return {name: parameters[name].default for name in SHAPE_ARGUMENTS}

