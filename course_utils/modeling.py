@@ -86,24 +86,84 @@ def train_tokenizer(texts: list[str] | None = None, vocab_size: int = DEFAULT_VO
 def tiny_qwen3_config(vocab_size: int, hidden_size: int = 96, layers: int = 4, heads: int = 4,
                       kv_heads: int = 2, intermediate_size: int = 256, max_positions: int = 256,
                       pad_token_id: int | None = None, eos_token_id: int | None = None,
-                      bos_token_id: int | None = None, head_dim: int = 32) -> Qwen3Config:
+                      bos_token_id: int | None = None, head_dim: int | None = None) -> Qwen3Config:
     """A Qwen3 config small enough to train on two CPU cores in about a minute.
 
     Same architecture as Qwen3-0.6B (RMSNorm, rotary positions, grouped-query
     attention with q/k norms, SwiGLU MLP, tied embeddings); only the sizes differ.
 
-    ``head_dim`` is set on its own, not derived as ``hidden_size // heads``: Qwen3 decouples the two (Qwen3-0.6B runs
-    16 heads of 128 on a hidden size of 1,024), and 32 is the smallest head size vLLM's CPU attention accepts
-    (``vllm/v1/attention/backends/cpu_attn.py``), so the course's model runs in vLLM as well as in transformers
-    (docs/vllm-cpu.md).
+    ``head_dim`` defaults to ``hidden_size // heads`` (24). Qwen3 lets the two differ (Qwen3-0.6B runs 16 heads of
+    128 on a hidden size of 1,024); vLLM's CPU attention takes head sizes from 32 up, so the course's model runs in
+    vLLM at a wider head size; :func:`widen_heads` re-expresses a trained model in wider heads, the same function
+    (docs/vllm-cpu.md says why notebook 11 does that rather than the course's default changing).
     """
     return Qwen3Config(
         vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size,
         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
-        head_dim=head_dim, max_position_embeddings=max_positions,
+        head_dim=hidden_size // heads if head_dim is None else head_dim, max_position_embeddings=max_positions,
         tie_word_embeddings=True, rope_theta=10000.0, attention_dropout=0.0,
         pad_token_id=pad_token_id, eos_token_id=eos_token_id, bos_token_id=bos_token_id,
         use_cache=True)
+
+
+def widen_heads(model: Qwen3ForCausalLM, head_dim: int) -> Qwen3ForCausalLM:
+    """The same function as the Qwen3 ``model``, computed in attention heads ``head_dim`` wide (at least its own).
+
+    Every head keeps its ``d`` real dimensions and gains ``head_dim - d`` zero ones, placed so that the rotary
+    embedding pairs and turns the real ones as before:
+
+    - rotary pairs dimension ``i`` with ``i + d/2`` at frequency ``θ^(-2i/d)`` (rotate-half, the NeoX layout HF and
+      vLLM both use), so the real halves go to slots ``[0, d/2)`` and ``[D/2, D/2 + d/2)`` of the wider head, and
+      ``rope_theta`` becomes ``θ^(D/d)``, which gives slot ``i`` the frequency ``θ^(-2i/d)`` again;
+    - the q/k RMSNorms now average over ``D`` dimensions, ``D/d`` times fewer of them non-zero, so each normalised
+      vector grows by ``sqrt(D/d)``; the score's scale falls from ``1/sqrt(d)`` to ``1/sqrt(D)``. Scaling the
+      q-norm's weight by ``sqrt(d/D)`` makes the product exact (but for the norm's ``eps``, far below the variance);
+    - the value's zero dimensions meet zero columns of ``o_proj``.
+
+    A new ``Qwen3ForCausalLM`` is returned, in the input's dtype (``model`` is left as it was). Its
+    logits equal the input's to float rounding (``tests/test_modeling.py``). Training then may use the new
+    dimensions: a wider model from then on, which starts as the narrow one.
+    """
+    import copy
+    config = model.config
+    d, heads, kv_heads = config.head_dim, config.num_attention_heads, config.num_key_value_heads
+    if head_dim < d or head_dim % 2 or d % 2:
+        raise ValueError(f"head_dim {head_dim}: need an even size at least the model's {d}")
+    if getattr(config, "attention_bias", False):
+        raise ValueError("widen_heads handles Qwen3 without attention biases (the course's and Qwen3's own)")
+    rope = dict(config.rope_parameters or {})
+    if rope.get("rope_type", "default") != "default":
+        raise ValueError(f"widen_heads handles the default rotary embedding, not {rope.get('rope_type')!r}")
+    half, wide_half = d // 2, head_dim // 2
+    slots = torch.cat([torch.arange(half), wide_half + torch.arange(half)])       # where each real dimension goes
+    new_config = copy.deepcopy(config)
+    new_config.head_dim = head_dim
+    new_config.rope_parameters = {**rope, "rope_theta": float(rope["rope_theta"]) ** (head_dim / d)}
+    wide = Qwen3ForCausalLM(new_config)
+    state = model.state_dict()
+
+    def rows(weight: torch.Tensor, n_heads: int) -> torch.Tensor:          # (n_heads * d, in) -> (n_heads * D, in)
+        out = weight.new_zeros(n_heads, head_dim, weight.shape[-1])
+        out[:, slots] = weight.reshape(n_heads, d, -1)
+        return out.reshape(n_heads * head_dim, -1)
+
+    new_state = {}
+    for name, tensor in state.items():
+        if name.endswith("self_attn.q_proj.weight"):
+            tensor = rows(tensor, heads)
+        elif name.endswith(("self_attn.k_proj.weight", "self_attn.v_proj.weight")):
+            tensor = rows(tensor, kv_heads)
+        elif name.endswith("self_attn.o_proj.weight"):                      # (hidden, heads * d): columns
+            tensor = rows(tensor.T, heads).T.contiguous()
+        elif name.endswith(("self_attn.q_norm.weight", "self_attn.k_norm.weight")):
+            scale = (d / head_dim) ** 0.5 if ".q_norm." in name else 1.0
+            norm = tensor.new_zeros(head_dim)
+            norm[slots] = tensor * scale
+            tensor = norm
+        new_state[name] = tensor
+    wide.load_state_dict(new_state, strict=True)
+    wide.generation_config = copy.deepcopy(model.generation_config)
+    return wide.to(next(model.parameters()).dtype).train(model.training)
 
 
 SHAPE_ARGUMENTS = ("hidden_size", "layers", "heads", "kv_heads", "head_dim", "intermediate_size", "max_positions")
@@ -111,8 +171,8 @@ SHAPE_ARGUMENTS = ("hidden_size", "layers", "heads", "kv_heads", "head_dim", "in
 
 def course_model_shape() -> dict:
     """The course model's sizes, as :func:`tiny_qwen3_config`'s defaults give them. A stage trained from scratch
-    records them among its inputs (``stages.stage_inputs``), so a checkpoint of another shape (one saved before a
-    default changed) is rebuilt, never loaded as if it were today's."""
+    records them among its inputs (``stages.stage_inputs``), so a checkpoint of another shape (one saved under
+    another default) is rebuilt, never loaded as if it were today's."""
     import inspect
     parameters = inspect.signature(tiny_qwen3_config).parameters
     return {name: parameters[name].default for name in SHAPE_ARGUMENTS}

