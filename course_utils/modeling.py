@@ -106,6 +106,19 @@ def tiny_qwen3_config(vocab_size: int, hidden_size: int = 96, layers: int = 4, h
         use_cache=True)
 
 
+def cannot_widen_heads(config) -> str | None:
+    """Why :func:`widen_heads` cannot re-express a model of ``config`` exactly, or None where it can: a Qwen3 (its
+    q/k norms take the rescaling) without attention biases, with the default rotary embedding."""
+    if getattr(config, "model_type", None) != "qwen3":
+        return f"widen_heads handles Qwen3 (q/k norms), not {getattr(config, 'model_type', None)!r}"
+    if getattr(config, "attention_bias", False):
+        return "widen_heads handles Qwen3 without attention biases (the course's and Qwen3's own)"
+    rope_type = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
+    if rope_type != "default":
+        return f"widen_heads handles the default rotary embedding, not {rope_type!r}"
+    return None
+
+
 def widen_heads(model: Qwen3ForCausalLM, head_dim: int) -> Qwen3ForCausalLM:
     """The same function as the Qwen3 ``model``, computed in attention heads ``head_dim`` wide (at least its own).
 
@@ -126,14 +139,13 @@ def widen_heads(model: Qwen3ForCausalLM, head_dim: int) -> Qwen3ForCausalLM:
     """
     import copy
     config = model.config
+    why = cannot_widen_heads(config)
+    if why:
+        raise ValueError(why)
     d, heads, kv_heads = config.head_dim, config.num_attention_heads, config.num_key_value_heads
     if head_dim < d or head_dim % 2 or d % 2:
         raise ValueError(f"head_dim {head_dim}: need an even size at least the model's {d}")
-    if getattr(config, "attention_bias", False):
-        raise ValueError("widen_heads handles Qwen3 without attention biases (the course's and Qwen3's own)")
     rope = dict(config.rope_parameters or {})
-    if rope.get("rope_type", "default") != "default":
-        raise ValueError(f"widen_heads handles the default rotary embedding, not {rope.get('rope_type')!r}")
     half, wide_half = d // 2, head_dim // 2
     slots = torch.cat([torch.arange(half), wide_half + torch.arange(half)])       # where each real dimension goes
     new_config = copy.deepcopy(config)

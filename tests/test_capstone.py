@@ -267,14 +267,17 @@ def test_vllm_cpu_reason_says_why_vllm_cannot_serve_the_model(monkeypatch):
     from course_utils.modeling import tiny_qwen3_config
     widened, course_model = tiny_qwen3_config(vocab_size=64, head_dim=32), tiny_qwen3_config(vocab_size=64)
     if importlib.util.find_spec("vllm") is not None:
-        assert capstone.vllm_cpu_reason(widened) is None and capstone.vllm_cpu_head_size(widened) == 32
+        assert capstone.vllm_cpu_reason(widened) is None and capstone.vllm_cpu_widening(widened) is None
         assert "head size 24" in capstone.vllm_cpu_reason(course_model)
-        assert capstone.vllm_cpu_head_size(course_model) == 32       # the smallest size it takes above 24
-        assert capstone.vllm_cpu_head_size(tiny_qwen3_config(vocab_size=64, head_dim=1024)) is None
+        assert capstone.vllm_cpu_widening(course_model) == 32        # the smallest size it takes above 24
+        assert capstone.vllm_cpu_widening(tiny_qwen3_config(vocab_size=64, head_dim=1024)) is None
+        from transformers import LlamaConfig          # a family widen_heads does not handle keeps its refusal
+        llama = LlamaConfig(vocab_size=64, hidden_size=96, num_attention_heads=4, head_dim=24)
+        assert capstone.vllm_cpu_widening(llama) is None and "head size 24" in capstone.vllm_cpu_reason(llama)
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else find_spec(name, *a))
     assert "not installed" in capstone.vllm_cpu_reason(widened)
-    assert capstone.vllm_cpu_head_size(course_model) is None
+    assert capstone.vllm_cpu_widening(course_model) is None
 
 
 def test_save_for_vllm_points_the_model_at_its_own_checkpoint(tokenizer, tmp_path):

@@ -108,6 +108,10 @@ def test_widen_heads_keeps_the_function():
     assert all(torch.equal(before[k], v) for k, v in narrow.state_dict().items())
     with pytest.raises(ValueError, match="at least"):
         widen_heads(narrow, 16)
+    from transformers import LlamaConfig, LlamaForCausalLM
+    with pytest.raises(ValueError, match="handles Qwen3"):
+        widen_heads(LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=96, num_attention_heads=4,
+                                                 num_hidden_layers=1, intermediate_size=64)), 32)
 
 
 def test_head_dim_is_set_apart_from_the_width_as_qwen3_allows():

@@ -343,7 +343,7 @@ def test_a_model_widened_to_vllms_head_size_scores_as_the_narrow_one(tokenizer, 
         for layer in narrow.model.layers:
             for norm in (layer.self_attn.q_norm, layer.self_attn.k_norm):
                 norm.weight.mul_(0.5 + torch.rand(norm.weight.shape, generator=generator))
-    wide = widen_heads(narrow, capstone.vllm_cpu_head_size(narrow.config))
+    wide = widen_heads(narrow, capstone.vllm_cpu_widening(narrow.config))
     assert wide.config.head_dim == 32 and capstone.vllm_cpu_reason(wide.config) is None
     engine = capstone.CpuVllm(save_checkpoint(wide, tokenizer, tmp_path / "wide"), max_lora_rank=8)
     prompts = [f"<|im_start|>user\nWhat is {a} plus {b}? Think first.<|im_end|>\n<|im_start|>assistant\n<think>"
