@@ -71,10 +71,12 @@ def prepare(training_args, model_args=None) -> dict:
     a tiny run does not need), ``use_cpu`` on. Also installs the dense stand-in for
     TRL's Triton log-prob kernel, turns off vLLM (it needs a GPU) and loads bf16
     weights as float32 (without bf16 autocast they would train in pure bf16).
-    On a GPU machine nothing changes.
+    On a GPU before Ampere (compute capability below 8.0: a T4, a V100), a recipe's bf16 becomes fp16 mixed precision
+    over float32 weights, as ``Profile.mixed_precision`` does for the notebooks: those cards have no bfloat16 units.
+    Otherwise on a GPU machine nothing changes.
     """
     if torch.cuda.is_available():
-        return {}
+        return _fp16_before_ampere(training_args, model_args)
     install_trl_cpu_fallback()
     wanted = {"bf16": False, "fp16": False, "gradient_checkpointing": False, "use_cpu": True}
     if hasattr(training_args, "use_vllm"):
@@ -93,6 +95,21 @@ def prepare(training_args, model_args=None) -> dict:
     if changed:
         print("No CUDA: CPU fallback applied: " + ", ".join(f"{k} {old!r} -> {new!r}"
                                                            for k, (old, new) in changed.items()))
+    return changed
+
+
+def _fp16_before_ampere(training_args, model_args=None) -> dict:
+    """On a card before Ampere, bf16 -> fp16 mixed precision, and bfloat16 weights -> float32 (the gradient scaler
+    refuses float16 gradients); what changed."""
+    if not training_args.bf16 or torch.cuda.get_device_capability(0)[0] >= 8:
+        return {}
+    training_args.bf16, training_args.fp16, training_args.mixed_precision = False, True, "fp16"
+    changed = {"bf16": (True, False), "fp16": (False, True)}
+    if model_args is not None and model_args.dtype in ("bfloat16", "float16", "auto"):
+        changed["dtype"] = (model_args.dtype, "float32")
+        model_args.dtype = "float32"
+    print("A GPU before Ampere (no bfloat16): " + ", ".join(f"{k} {old!r} -> {new!r}"
+                                                          for k, (old, new) in changed.items()))
     return changed
 
 

@@ -77,6 +77,23 @@ def test_without_cuda_a_gpu_recipe_parses_and_falls_back_to_cpu_settings():
     assert training_args.mixed_precision == "no" and model_args.dtype == "float32"
 
 
+@pytest.mark.parametrize("capability, fp16", [((7, 5), True), ((8, 0), False)])
+def test_on_a_gpu_before_ampere_a_bf16_recipe_trains_in_fp16(monkeypatch, capability, fp16):
+    """A T4 (7.5) has no bfloat16 units: the recipes' bf16 becomes fp16 mixed precision over float32 weights there;
+    from Ampere (8.0) on the recipe is left as it is."""
+    common = _load_script("_common")
+    _, training_args, model_args = common.parse(
+        _load_script("sft").make_parser(), ["--config", str(RECIPES / "sft_qwen3.yaml")])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    dtype = model_args.dtype
+    changed = common.prepare(training_args, model_args)
+    assert (training_args.fp16, training_args.bf16) == (fp16, not fp16)
+    assert training_args.mixed_precision == ("fp16" if fp16 else "bf16")
+    assert model_args.dtype == ("float32" if fp16 and dtype in ("bfloat16", "float16", "auto") else dtype)
+    assert bool(changed) == fp16
+
+
 def test_grpo_rejects_unknown_rewards_and_dropped_columns():
     grpo = _load_script("grpo")
     with pytest.raises(ValueError, match=r"'nope'.*accuracy_reward.*format_reward"):
