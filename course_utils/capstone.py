@@ -136,8 +136,8 @@ def seed_reward_funcs(tags: Tags = SEED_TAGS) -> list:
     The opening tag is put back before the strict checks (the model never writes it).
     """
     def named(func, name):
-        func.__name__ = name             # TRL logs each reward under its function's name
-        return func
+        func.__name__ = name             # TRL logs a reward under its function's name; a partial (approx) under the
+        return func                      # wrapped function's, tag_count_reward (trl.trainer.utils.get_callable_name)
     strict = with_prefix(with_tags(format_reward, tags), tags.think_open)
     approx = functools.partial(tag_count_reward, tags=tags, count_think_open=False)
     tiered = with_prefix(with_tags(tiered_answer_reward, tags), tags.think_open)

@@ -134,8 +134,10 @@ def widen_heads(model: Qwen3ForCausalLM, head_dim: int) -> Qwen3ForCausalLM:
     - the value's zero dimensions meet zero columns of ``o_proj``.
 
     A new ``Qwen3ForCausalLM`` is returned, in the input's dtype (``model`` is left as it was). Its
-    logits equal the input's to float rounding (``tests/test_modeling.py``). Training then may use the new
-    dimensions: a wider model from then on, which starts as the narrow one.
+    logits equal the input's to float rounding (``tests/test_modeling.py``). Training keeps the new q and k
+    dimensions at zero (their norm weights are zero, and a zero weight on a zero input gets no gradient); the value's
+    new dimensions, and ``o_proj``'s columns for them, move only through an adapter such as LoRA, whose factors reach
+    every dimension.
     """
     import copy
     config = model.config

@@ -205,7 +205,8 @@ def load_stage(name: str, profile: Profile | None = None, build_if_missing: bool
                                     f"run {stage.notebook_name}")
         print(f"Stage {name!r} not found at {stage_dir(name, profile)} (or made from other inputs): "
               f"building it now "
-              f"(the recipe of {stage.notebook_name}, about {stage.minutes:g} min on 2 CPU cores).")
+              f"(the recipe of {stage.notebook_name}: about {stage.minutes:g} min of its own on 2 idle CPU cores, more "
+              f"at one thread, on a busy machine, or with a stage beneath it to build first).")
         t0 = time.time()
         build_stage(name, profile)
         print(f"Stage {name!r} built in {time.time() - t0:.0f} s.")
