@@ -203,11 +203,8 @@ def vllm_cpu_widening(config) -> int | None:
     """The head size to widen ``config``'s model to (``modeling.widen_heads``) so that vLLM's CPU attention takes it:
     the smallest supported size above the model's own, for a Qwen3 whose own size is not supported; None where vLLM's
     CPU build is not installed, the model's own size is supported, or widening cannot be exact (another family)."""
-    import importlib.util
-    if importlib.util.find_spec("vllm") is None:
-        return None
-    from vllm.platforms import current_platform
-    if not current_platform.is_cpu():
+    from .compat import vllm_cpu_build
+    if not vllm_cpu_build():
         return None
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 

