@@ -10,6 +10,9 @@ between its two markers (:func:`write_results_table`). The notebooks' measured r
 
 ``python -m course_tools.seeds --report-only 1234 7`` re-tabulates finished runs.
 
+The check cells' lines are read back from each seed's executed notebooks (:func:`check_lines`) into a second table of
+the same page (:func:`margins_table`): for every check condition, the seeds it held at and its thinnest margin.
+
 Each finished seed's results records are also kept in the repository, under ``docs/seeds/s<seed>/`` (``--keep``;
 :func:`keep_records`), with the seed's ``RESULTS.md`` (its checks' lines and its failures): the cross-seed record
 outlives the artifacts folder, so seeds run on different days (or machines, which the records name) tabulate
@@ -34,7 +37,8 @@ from course_utils.show import markdown_rows
 
 def keep_records(seed: int, art: Path, out: Path, keep: Path) -> Path:
     """Copy seed ``seed``'s results records (``art/results/*.json``) and its ``RESULTS.md`` (in ``out``) to
-    ``keep/s<seed>/``, replacing what an earlier run of that seed kept there."""
+    ``keep/s<seed>/``, with its check lines (:func:`check_lines` of ``out/notebooks``) as :data:`CHECKS_FILE`,
+    replacing what an earlier run of that seed kept there."""
     import shutil
     dest = keep / f"s{seed}"
     if dest.is_dir():
@@ -44,7 +48,124 @@ def keep_records(seed: int, art: Path, out: Path, keep: Path) -> Path:
         shutil.copy2(record, dest / record.name)
     if (out / "RESULTS.md").is_file():
         shutil.copy2(out / "RESULTS.md", dest / "RESULTS.md")
+    if (out / "notebooks").is_dir():
+        (dest / CHECKS_FILE).write_text(json.dumps(check_lines(out / "notebooks"), indent=1, ensure_ascii=False)
+                                        + "\n", encoding="utf-8")
     return dest
+
+
+CHECKS_FILE = "checks.json"
+"""the kept file of a seed's check lines, per notebook (:func:`check_lines`)"""
+_COMPARISON = re.compile(r"^(?P<name>.*): (?:(?P<before>.+?) → (?P<after>.+?); )?"
+                         r"(?P<value>\S+) (?P<relation>[≥≤]) (?P<threshold>\S+)$")
+
+
+def _number(text: str) -> float | None:
+    """A figure as a check line prints it ("+18.0%", "0.519", "3") as a number (percentages as fractions)."""
+    try:
+        return float(text.rstrip("%")) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        return None
+
+
+def parse_check_line(line: str) -> dict | None:
+    """One line of :class:`course_utils.experiment.Checks` (``✓ name: before → after; value ≥ threshold``, or a
+    ``holds`` line, ``✓ name: detail``) as a dict: ``name``, ``ok``, and, for a comparison, ``value``, ``relation``,
+    ``threshold`` (numbers), ``shown`` (the value and threshold as printed) and ``percent``; None for any other line."""
+    line = line.rstrip()
+    if not line.startswith(("✓ ", "✗ ")):
+        return None
+    ok, text = line[0] == "✓", line[2:].removesuffix("  (missed)")
+    match = _COMPARISON.match(text)
+    if match and _number(match["value"]) is not None and _number(match["threshold"]) is not None:
+        return {"name": _stable_name(match["name"]), "ok": ok, "value": _number(match["value"]), "relation": match["relation"],
+                "threshold": _number(match["threshold"]),
+                "shown": f"{match['value']} {match['relation']} {match['threshold']}",
+                "percent": match["threshold"].endswith("%")}
+    return {"name": _stable_name(_holds_name(text)), "ok": ok}
+
+
+def _stable_name(name: str) -> str:
+    """A condition's name without the counts some names carry ("problems fixed (108) minus ..."), so that one
+    condition has one name at every seed."""
+    return re.sub(r" \(\d+\)", "", name)
+
+
+def _holds_name(text: str) -> str:
+    """A ``holds`` line's name: the text before its detail, which follows the last ": " outside brackets."""
+    depth, cut = 0, None
+    for i, char in enumerate(text):
+        depth += char in "([{"
+        depth -= char in ")]}"
+        if depth == 0 and text.startswith(": ", i):
+            cut = i
+    return text if cut is None else text[:cut]
+
+
+def check_lines(notebooks_dir: Path) -> dict[str, list[dict]]:
+    """Every check condition of a run's executed notebooks (``notebooks_dir/NN_name.ipynb``), per notebook in course
+    order: the check lines (:func:`parse_check_line`) printed by the cells that assert them (those that call
+    ``checks.done()``)."""
+    found: dict[str, list[dict]] = {}
+    for path in sorted(Path(notebooks_dir).glob("[0-9][0-9]_*.ipynb")):
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        conditions = []
+        for cell in nb.get("cells", []):
+            source = "".join(cell.get("source", []))
+            if cell.get("cell_type") != "code" or "checks.done()" not in source:
+                continue
+            for output in cell.get("outputs", []):
+                if output.get("output_type") == "stream":
+                    for line in "".join(output.get("text", [])).splitlines():
+                        parsed = parse_check_line(line)
+                        if parsed:
+                            conditions.append(parsed)
+        if conditions:
+            found[path.stem] = conditions
+    return found
+
+
+def _margin(check: dict) -> float | None:
+    """How far a comparison cleared its threshold, in its own units (negative: missed)."""
+    if "value" not in check:
+        return None
+    return check["value"] - check["threshold"] if check["relation"] == "≥" else check["threshold"] - check["value"]
+
+
+def _shown_margin(check: dict) -> str:
+    margin = _margin(check)
+    if margin is None:
+        return "–"
+    return f"{100 * margin:+.1f} pts" if check["percent"] else f"{margin:+.3g}"
+
+
+def margins_table(checks: dict[int, dict[str, list[dict]]]) -> str:
+    """One row per check condition across the seeds (``checks``: seed → :func:`check_lines`): how many seeds it held
+    at, and the seed where it was thinnest, with that run's value against the threshold and the margin.
+
+    The thinnest seed is the one with the smallest margin relative to the threshold's size (a margin of 2 points
+    against 10 is thinner than 3 against 50)."""
+    seeds = list(checks)
+    order: dict[tuple[str, str], None] = {}
+    for s in seeds:
+        for nb, conditions in checks[s].items():
+            for c in conditions:
+                order.setdefault((nb, c["name"]), None)
+    rows = []
+    for nb, name in sorted(order, key=lambda key: key[0]):   # notebooks in course order, conditions as printed
+        seen = {s: c for s in seeds for c in checks[s].get(nb, []) if c["name"] == name}
+        held = sum(c["ok"] for c in seen.values())
+        scored = {s: _margin(c) / max(abs(c["threshold"]), 1e-12) for s, c in seen.items() if _margin(c) is not None}
+        if scored:
+            worst = min(scored, key=scored.get)
+            c = seen[worst]
+            thinnest = f"{c['shown']} (seed {worst})"
+            margin = _shown_margin(c)
+        else:
+            worst = next((s for s, c in seen.items() if not c["ok"]), None)
+            thinnest, margin = ("–" if worst is None else f"missed at seed {worst}"), "–"
+        rows.append((nb[:2], name, f"{held} / {len(seen)}", thinnest, margin))
+    return markdown_rows(("#", "check", "held at", "thinnest: value against threshold", "margin"), rows) + "\n"
 
 
 def seed_folders(seed: int, artifacts: Path, build: Path) -> tuple[Path, Path]:
@@ -218,21 +339,26 @@ def results_table(records: dict[int, list[dict]]) -> str:
 
 
 RESULTS_DOC = "docs/results.md"
+"""where ``make seeds`` writes the results table, relative to the repository root"""
 KEPT_RECORDS = "docs/seeds"
 """where each finished seed's records are kept, relative to the repository root (``--keep``)"""
-"""where ``make seeds`` writes the results table, relative to the repository root"""
 TABLE_START = "<!-- make seeds writes the table below (course_tools/seeds.py); edit the rows there -->"
 TABLE_END = "<!-- end of the table make seeds writes -->"
 
 
-def write_results_table(doc: Path, table: str) -> None:
-    """Put ``table`` between ``doc``'s two markers (:data:`TABLE_START`, :data:`TABLE_END`), keeping the rest of it."""
+MARGINS_START = "<!-- make seeds writes the checks' margins below (course_tools/seeds.py: margins_table) -->"
+MARGINS_END = "<!-- end of the margins make seeds writes -->"
+
+
+def write_results_table(doc: Path, table: str, start: str = TABLE_START, end: str = TABLE_END) -> None:
+    """Put ``table`` between ``doc``'s two markers (:data:`TABLE_START` and :data:`TABLE_END`, or ``start`` and
+    ``end``), keeping the rest of it."""
     text = doc.read_text(encoding="utf-8")
-    if text.count(TABLE_START) != 1 or text.count(TABLE_END) != 1:
-        raise ValueError(f"{doc}: expected one {TABLE_START!r} and one {TABLE_END!r}")
-    head, rest = text.split(TABLE_START, 1)
-    tail = rest.split(TABLE_END, 1)[1]
-    doc.write_text(f"{head}{TABLE_START}\n{table}{TABLE_END}{tail}", encoding="utf-8")
+    if text.count(start) != 1 or text.count(end) != 1:
+        raise ValueError(f"{doc}: expected one {start!r} and one {end!r}")
+    head, rest = text.split(start, 1)
+    tail = rest.split(end, 1)[1]
+    doc.write_text(f"{head}{start}\n{table}{end}{tail}", encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -249,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the page whose results table to rewrite ('' leaves it alone)")
     args = parser.parse_args(argv)
     artifacts, build = Path(args.artifacts), Path(args.build)
-    failed, seconds, records, failed_nbs = [], {}, {}, {}
+    failed, seconds, records, failed_nbs, checks = [], {}, {}, {}, {}
     for seed in args.seeds:
         art, out = seed_folders(seed, artifacts, build)
         if not args.report_only:
@@ -267,16 +393,25 @@ def main(argv: list[str] | None = None) -> int:
         if (art / "results").is_dir():
             records[seed], failed_nbs[seed] = load_results(art / "results"), failed_notebooks(out)
         elif kept is not None and kept.is_dir():
-            records[seed], failed_nbs[seed] = load_results(kept), failed_notebooks(kept)
+            records[seed] = [r for r in load_results(kept) if "notebook" in r]   # not CHECKS_FILE
+            failed_nbs[seed] = failed_notebooks(kept)
         else:
             records[seed], failed_nbs[seed] = [], failed_notebooks(out)
+        if (out / "notebooks").is_dir():
+            checks[seed] = check_lines(out / "notebooks")
+        elif kept is not None and (kept / CHECKS_FILE).is_file():
+            checks[seed] = json.loads((kept / CHECKS_FILE).read_text(encoding="utf-8"))
     build.mkdir(parents=True, exist_ok=True)
     table = results_table(records)
+    margins = margins_table(checks) if checks else ""
     (build / "SEEDS.md").write_text(seeds_markdown(records, seconds, failed_nbs)
-                                    + f"\n## The table of {RESULTS_DOC}\n\n" + table, encoding="utf-8")
+                                    + f"\n## The table of {RESULTS_DOC}\n\n" + table
+                                    + (f"\n## The checks' margins\n\n{margins}" if margins else ""), encoding="utf-8")
     print(f"wrote {build / 'SEEDS.md'}" + (f"; a notebook failed at seeds {failed}" if failed else ""))
     if args.results_doc:
         write_results_table(Path(args.results_doc), table)
+        if margins:
+            write_results_table(Path(args.results_doc), margins, MARGINS_START, MARGINS_END)
         print(f"wrote the results table of {args.results_doc} (git diff shows what moved)")
     return 1 if failed else 0
 

@@ -202,6 +202,86 @@ def test_a_seeds_kept_records_tabulate_without_its_artifacts(tmp_path):
     assert "| 05_ppo | accuracy | 0.1 → 0.75 |" in text and "07_grpo.ipynb at seed 9" in text
 
 
+def _check_cell(conditions) -> dict:
+    """A check cell as an executed notebook holds it: what ``experiment.Checks`` printed for ``conditions``."""
+    import contextlib
+    import io
+
+    from course_utils.experiment import Checks
+    checks, printed = Checks(always=True), io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        for method, *args, kwargs in conditions:
+            getattr(checks, method)(*args, **kwargs)
+    return {"cell_type": "code", "source": ["checks.done()\n"],
+            "outputs": [{"output_type": "stream", "name": "stdout", "text": printed.getvalue()}]}
+
+
+def test_check_lines_read_back_what_checks_printed(tmp_path):
+    """The margins table reads the lines ``experiment.Checks`` prints: each comes back with its name, verdict, value
+    and threshold, names with ": " and counts in them included; lines of other cells are not checks."""
+    from course_tools import seeds
+    cell = _check_cell([
+        ("at_least", "run (b): gain in greedy accuracy", 0.18, 0.10, {"fmt": "{:+.1%}"}),
+        ("at_least", "run (b)'s accuracy above run (a)'s", 0.07, 0.10, {"before": 0.49, "after": 0.56, "fmt": "{:.1%}"}),
+        ("at_most", "KL share", 0.077, 0.5, {}),
+        ("at_least", "problems fixed (108) minus problems broken (23)", 85, 1, {"fmt": "{}"}),
+        ("holds", "cliff: the path along the edge", True, "13 moves, 1 row above the cliff", {}),
+        ("holds", "reached its target", True, "steps run: {'a': 5, 'b': 7}", {})])
+    other = {"cell_type": "code", "source": ["rl_health(log)\n"],
+             "outputs": [{"output_type": "stream", "name": "stdout", "text": "✓ no known failure sign in this run\n"}]}
+    (tmp_path / "06_dpo.ipynb").write_text(json.dumps({"cells": [other, cell]}), encoding="utf-8")
+    found = seeds.check_lines(tmp_path)["06_dpo"]
+    assert [c["name"] for c in found] == ["run (b): gain in greedy accuracy", "run (b)'s accuracy above run (a)'s",
+                                          "KL share", "problems fixed minus problems broken",
+                                          "cliff: the path along the edge", "reached its target: steps run"]
+    assert [c["ok"] for c in found] == [True, False, True, True, True, True]
+    assert found[0]["value"] == pytest.approx(0.18) and found[0]["threshold"] == pytest.approx(0.10)
+    assert found[1]["shown"] == "7.0% ≥ 10.0%" and found[2]["relation"] == "≤" and "value" not in found[4]
+
+
+def test_margins_table_names_each_checks_thinnest_seed():
+    """Thinnest relative to the threshold's size; a miss counts against "held at"; a check one seed lacks shows
+    the seeds that ran it."""
+    from course_tools import seeds
+    gain = lambda v, ok=True: {"name": "gain", "ok": ok, "value": v, "relation": "≥", "threshold": 0.10,
+                               "shown": f"{v:+.1%} ≥ +10.0%", "percent": True}
+    kl = lambda v: {"name": "KL share", "ok": True, "value": v, "relation": "≤", "threshold": 0.5,
+                    "shown": f"{v:.3g} ≤ 0.5", "percent": False}
+    table = seeds.margins_table({3: {"06_dpo": [gain(0.18), kl(0.1)]}, 5: {"06_dpo": [gain(0.07, False)]},
+                                 7: {"06_dpo": [gain(0.30), kl(0.4)], "05_ppo": [gain(0.2)]}})
+    rows = table.splitlines()
+    assert rows[0] == "| # | check | held at | thinnest: value against threshold | margin |"
+    assert rows[2] == "| 05 | gain | 1 / 1 | +20.0% ≥ +10.0% (seed 7) | +10.0 pts |"   # notebooks in course order
+    assert rows[3] == "| 06 | gain | 2 / 3 | +7.0% ≥ +10.0% (seed 5) | -3.0 pts |"
+    assert rows[4] == "| 06 | KL share | 2 / 2 | 0.4 ≤ 0.5 (seed 7) | +0.1 |"
+
+
+def test_kept_records_carry_the_check_lines(tmp_path):
+    """keep_records keeps the seed's check lines beside its records, and --report-only tabulates them from there
+    into the results page's second table."""
+    from course_tools import seeds
+    art, out = seeds.seed_folders(9, tmp_path / "artifacts", tmp_path / "build")
+    (art / "results").mkdir(parents=True)
+    (art / "results" / "05_ppo.json").write_text(json.dumps(_record("05_ppo", 9, 0.75)), encoding="utf-8")
+    (out / "notebooks").mkdir(parents=True)
+    cell = _check_cell([("at_least", "verifier run: gain in greedy accuracy", 0.26, 0.15, {"fmt": "{:+.1%}"})])
+    (out / "notebooks" / "05_ppo.ipynb").write_text(json.dumps({"cells": [cell]}), encoding="utf-8")
+    kept = seeds.keep_records(9, art, out, tmp_path / "kept")
+    assert json.loads((kept / seeds.CHECKS_FILE).read_text())["05_ppo"][0]["shown"] == "+26.0% ≥ +15.0%"
+    import shutil
+    shutil.rmtree(tmp_path / "artifacts")
+    shutil.rmtree(tmp_path / "build")
+    doc = tmp_path / "results.md"
+    doc.write_text(f"{seeds.TABLE_START}\n{seeds.TABLE_END}\n\nmiddle\n\n{seeds.MARGINS_START}\n| old |\n"
+                   f"{seeds.MARGINS_END}\nend\n")
+    assert seeds.main(["--report-only", "9", "--artifacts", str(tmp_path / "artifacts"), "--build",
+                       str(tmp_path / "build"), "--results-doc", str(doc), "--keep", str(tmp_path / "kept")]) == 0
+    page = doc.read_text()
+    assert "| 05 | verifier run: gain in greedy accuracy | 1 / 1 | +26.0% ≥ +15.0% (seed 9) | +11.0 pts |" in page
+    assert "| old |" not in page and page.endswith(f"{seeds.MARGINS_END}\nend\n") and "\n\nmiddle\n\n" in page
+    assert "## The checks' margins" in (tmp_path / "build" / "SEEDS.md").read_text()
+
+
 def test_the_results_page_holds_the_rows_make_seeds_writes():
     """docs/results.md's table, between the markers, has RESULTS_ROWS's rows in order (a label's ``{step count}``
     read from the runs), one column per seed: what ``make seeds`` would write there."""
