@@ -7,8 +7,9 @@ and says what it changed (an :class:`Adaptation`); what it cannot fix raises :cl
 naming what is missing.
 
 * **A pad token of its own.** Batches are padded, and the pad positions are masked out of the loss and of
-  the attention. With ``pad = eos`` (the usual shortcut) every mask that drops pad positions also drops the
-  EOS that ends each answer, so the model is never trained to stop and generates to the budget. A new
+  the attention. With ``pad = eos`` (the usual shortcut) every mask built from the pad id (transformers'
+  ``DataCollatorForLanguageModeling``, for one) also drops the EOS, so a model trained through it is never
+  trained to stop and generates to the budget (TRL's SFT collator masks by position and is not affected). A new
   ``<|pad|>`` token (and one new embedding row) keeps the two apart.
 * **A chat template that keeps the tags.** A base model has no template: it gets :data:`PLAIN_CHAT_TEMPLATE`.
   A model's own template is kept when it renders the course's tagged answer intact, renders the prompt as a
@@ -143,8 +144,8 @@ def adapt_tokenizer(tokenizer, tags: Tags = COURSE_TAGS, *, keep_template: bool 
         tokenizer.add_special_tokens({"pad_token": PAD_TOKEN})
         pad = PAD_TOKEN
         added.append(PAD_TOKEN)
-        changes.append(f"added {PAD_TOKEN} as the pad token ({why}; a pad equal to EOS would mask the EOS that "
-                       "ends each answer out of the loss)")
+        changes.append(f"added {PAD_TOKEN} as the pad token ({why}; a pad equal to EOS makes EOS look like padding "
+                       "to any mask built from the pad id)")
     split = [t for t in tags.all() if len(tokenizer(t, add_special_tokens=False)["input_ids"]) != 1]
     if split:
         from tokenizers import AddedToken
