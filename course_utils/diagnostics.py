@@ -32,7 +32,7 @@ class Thresholds:
     """When a sign counts as a failure (each is compared with the mean of the run's last third)."""
 
     zero_std: float = 0.5
-    """share of groups whose completions all got the same reward (no gradient from them)"""
+    """share of groups whose completions all got the same reward (no policy-gradient signal from them)"""
     truncated: float = 0.1
     """share of completions cut at max_completion_length"""
     flat_reward: float = 0.02
@@ -102,7 +102,8 @@ def rl_health(log_history: list[Mapping], thresholds: Thresholds = Thresholds(),
     end = _end_above(history, "frac_reward_zero_std", thresholds.zero_std, skipped, "zero-std groups")
     if end is not None:
         findings.append(Finding(
-            "zero-std groups", f"{end:.0%} of groups had all-equal rewards at the end (advantage 0, no gradient)",
+            "zero-std groups",
+            f"{end:.0%} of groups had all-equal rewards at the end (advantage 0, no policy-gradient signal)",
             "make the task's difficulty match the model (prompts it sometimes solves), sample more generations per "
             "prompt, add a partial-credit reward, or drop such groups (DAPO's dynamic sampling)"))
 
