@@ -45,11 +45,11 @@ and 06's (06, early in stream B, has normally ended well before 07 reaches secti
 there yet is left out of the table, never an error). 12 (no dependency on the others) ends it to balance the
 streams: 05-08 alone take clearly less time than stream B with its unit tests."""
 
-COURSE_STREAM_A = ("05", "07", "08", "11")
-"""``make course``'s stream A (:mod:`course_tools.runner`). Its stream B has no unit tests, so with 12 in stream A
-that stream would end long after B; 12 moves to B and the short 11 takes its place, which balances the two streams
-and shortens the course's wall time. Either plan runs every notebook of phase 2 at one thread, so a notebook's
-numbers do not depend on its stream."""
+COURSE_STREAM_A = ("05", "07", "08", "10")
+"""``make course``'s stream A (:mod:`course_tools.runner`; 08 reads 07's results, so 07 comes first). Its stream B
+has no unit tests, so the two streams are balanced by the notebooks' own times: 05, 07, 08 and 10 against 00, 04,
+06, 09, 11 and 12, each side about half of phase 2 ([docs/performance.md](../docs/performance.md) has the times).
+Either plan runs every notebook of phase 2 at one thread, so a notebook's numbers do not depend on its stream."""
 
 
 SERIAL_TESTS = ("tests/test_scripts.py", "tests/test_vllm_cpu.py")
