@@ -165,7 +165,12 @@ def margins_table(checks: dict[int, dict[str, list[dict]]]) -> str:
             worst = next((s for s, c in seen.items() if not c["ok"]), None)
             thinnest, margin = ("–" if worst is None else f"missed at seed {worst}"), "–"
         rows.append((nb[:2], name, f"{held} / {len(seen)}", thinnest, margin))
-    return markdown_rows(("#", "check", "held at", "thinnest: value against threshold", "margin"), rows) + "\n"
+    missed = [f"{nb[:2]} \"{c['name']}\" at seed {s}" for s in seeds for nb, conditions in checks[s].items()
+              for c in conditions if not c["ok"]]
+    summary = (f"**Missed:** {'; '.join(missed)}." if missed else
+               f"**Every condition held at every seed** ({len(rows)} condition{'s' * (len(rows) != 1)}, seeds {', '.join(map(str, seeds))}).")
+    return (markdown_rows(("#", "check", "held at", "thinnest: value against threshold", "margin"), rows)
+            + f"\n\n{summary}\n")
 
 
 def seed_folders(seed: int, artifacts: Path, build: Path) -> tuple[Path, Path]:

@@ -254,6 +254,9 @@ def test_margins_table_names_each_checks_thinnest_seed():
     assert rows[2] == "| 05 | gain | 1 / 1 | +20.0% ≥ +10.0% (seed 7) | +10.0 pts |"   # notebooks in course order
     assert rows[3] == "| 06 | gain | 2 / 3 | +7.0% ≥ +10.0% (seed 5) | -3.0 pts |"
     assert rows[4] == "| 06 | KL share | 2 / 2 | 0.4 ≤ 0.5 (seed 7) | +0.1 |"
+    assert rows[-1] == '**Missed:** 06 "gain" at seed 5.'
+    assert seeds.margins_table({3: {"05_ppo": [gain(0.2)]}}).endswith(
+        "**Every condition held at every seed** (1 condition, seeds 3).\n")
 
 
 def test_kept_records_carry_the_check_lines(tmp_path):
