@@ -188,9 +188,9 @@ class GRPORecipe:
     """Group relative policy optimisation with TRL's GRPOTrainer and a LoRA adapter (notebook 07)."""
 
     steps: int = 150
-    """optimizer steps (one generation batch each); fewer leave the weakest starts' gain small"""
+    """optimizer steps (one generation batch each); chosen by measurement: fewer left the weakest starts' gain small"""
     prompts_per_step: int = 8
-    """prompts per step; the batch is prompts_per_step x num_generations completions (4 gains less)"""
+    """prompts per step; the batch is prompts_per_step x num_generations completions (chosen over 4 by measurement)"""
     num_generations: int = 8
     """completions sampled per prompt: the group whose mean is the baseline"""
     learning_rate: float = 7e-4
@@ -210,7 +210,7 @@ class GRPORecipe:
     num_iterations: int = 1
     """updates per generation batch (> 1 reuses buffered old log-probs, importance-sampled)"""
     temperature: float = 0.8
-    """sampling temperature of the completions (0.8 gains more than 1.0)"""
+    """sampling temperature of the completions (chosen over 1.0 by measurement)"""
     max_completion_length: int = 48
     """longest completion in tokens; longer ones are cut (and count as truncated)"""
     lora_r: int = 16
@@ -246,9 +246,11 @@ class R1Recipe:
     nonreasoning_ratio: float = 1 / 3
     """non-reasoning rows per reasoning row in the second SFT (R1: ~200k to ~600k)"""
     sft2_steps: int = 400
-    """second SFT: steps from the pretrained base with 02's full SFT recipe (200 leave a weak seed's model far below 02's)"""
+    """second SFT: steps from the pretrained base with 02's full SFT recipe (chosen by measurement: fewer left a weak
+    seed's model far below 02's)"""
     rl2_steps: int = 80
-    """RL round 2: GRPO steps from the second SFT, with rule rewards plus 03's reward model (40 barely move accuracy)"""
+    """RL round 2: GRPO steps from the second SFT, with rule rewards plus 03's reward model (chosen by measurement: fewer
+    barely moved accuracy)"""
     rl2_rm_weight: float = 0.2
     """weight of the reward model's score next to the rule rewards (weight 1 each)"""
 
@@ -293,7 +295,7 @@ class DistillRecipe:
     onpolicy_steps: int = 50
     """on-policy GKD steps from the shared start (each samples from the student first: dearer than an off-policy step)"""
     onpolicy_temperature: float = 0.5
-    """student sampling temperature in on-policy GKD (1.0 loses accuracy)"""
+    """student sampling temperature in on-policy GKD (chosen over 1.0 by measurement; exercise 🐕 2 compares the two)"""
     beta: float = 0.0
     """GKD's divergence: 0 forward KL(teacher || student), 1 reverse KL, in between the generalised JSD"""
     hidden_weight: float = 1.0
@@ -310,7 +312,8 @@ class DistillRecipe:
     opd_steps: int = 200
     """section 6: on-policy distillation steps (TRL DistillationTrainer, reverse KL): each samples batch_size answers"""
     opd_learning_rate: float = 3e-4
-    """section 6: its learning rate, constant after 5 warm-up steps (1e-3 rose, then fell back below the start)"""
+    """section 6: its learning rate, constant after 5 warm-up steps (chosen after a trial at 1e-3 rose, then fell back
+    below the start)"""
     opd_temperature: float = 1.0
     """section 6: the student's sampling temperature, which DistillationTrainer also applies to the loss"""
     timed_grpo_steps: int = 200
@@ -385,7 +388,8 @@ class ScalingRecipe:
     samples: int = 16
     """answers sampled per held-out question; every curve reads the first N of them (N = 1, 2, 4, ... up to this)"""
     temperature: float = 0.8
-    """sampling temperature of those answers (at 0.5 a vote over N samples gains little: they differ too little)"""
+    """sampling temperature of those answers (chosen over 0.5 by measurement: lower temperatures give samples that
+    differ less, and a vote needs them to differ)"""
     paraphrases: int = 8
     """wordings of each held-out question answered greedily, for the vote over paraphrases"""
     prm_problems: int = 1500
@@ -446,15 +450,16 @@ class CapstoneRecipe:
     lora_r: int = 16
     """LoRA rank of the GRPO adapter (the seed and unsloth's notebook: 32, on 7B and 4B models)"""
     steps: int = 200
-    """GRPO optimizer steps (100 leave the weakest primed starts' gain within the check's noise)"""
+    """GRPO optimizer steps (chosen by measurement: fewer left the weakest primed starts' gain within the check's
+    noise)"""
     prompts_per_step: int = 8
-    """prompts per step; a step scores prompts_per_step x num_generations completions (4 fix barely more held-out
-    problems than they break: too noisy a gradient for the tiny model)"""
+    """prompts per step; a step scores prompts_per_step x num_generations completions (chosen over 4 by measurement:
+    fewer prompts give the tiny model too noisy a gradient)"""
     num_generations: int = 8
     """completions per prompt: the group whose mean is the baseline"""
     learning_rate: float = 5e-4
-    """GRPO learning rate of the LoRA weights (linear decay after a 10% warm-up); 2e-4 gains less at 8 prompts a
-    step (at 4, larger rates only added churn)"""
+    """GRPO learning rate of the LoRA weights (linear decay after a 10% warm-up); chosen over 2e-4 by measurement
+    (notebook 11's exercise 🐕 1 compares rates)"""
     beta: float = 0.0
     """KL weight to the reference: the seed's and unsloth's 0, so no reference pass (07's GRPO and the GRPO script
     use 0.04, GRPORecipe: the capstone follows the seed's recipe, which is its lesson)"""
