@@ -165,8 +165,8 @@ def adapt_tokenizer(tokenizer, tags: Tags = COURSE_TAGS, *, keep_template: bool 
             tokenizer.chat_template, template = PLAIN_CHAT_TEMPLATE, "plain"
             changes.append("used the course's plain chat template: " + "; ".join(problems))
     if tokenizer.padding_side != "right":
-        changes.append("pads on the right (it padded on the left): training and the reward model read the last "
-                       "non-pad token by position; generation pads on the left by itself")
+        changes.append("pads on the right (it padded on the left): the course's loss and reward code finds an "
+                       "answer's last token by position; generation pads on the left by itself")
     # written into tokenizer_config.json on save: without it a saved tokenizer reloads on the padding direction
     # its backend last used (generation's left)
     tokenizer.padding_side = tokenizer.init_kwargs["padding_side"] = "right"

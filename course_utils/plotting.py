@@ -105,7 +105,8 @@ def plot_pipeline(title: str = "Where each notebook sits", ax=None):
 
     Box labels are ``course.NOTEBOOKS``' numbers and short names; a planned notebook
     (``built=False``) gets a dashed box. Notebook 00 (this map) has no box. Notebooks 05-08 share
-    one shaded group with one arrow from 02: they all start from its stage ``sft_cold``.
+    one shaded group with one arrow from 02: 05-07 start from its stage ``sft_cold``, and 08 (which
+    rebuilds its pipeline from the pretrained base) measures its result against it.
     """
     from .course import NOTEBOOKS
 
@@ -118,7 +119,7 @@ def plot_pipeline(title: str = "Where each notebook sits", ax=None):
         "09": (9.9, 0.5, "#d9d2e9", ""), "10": (9.9, 1.6, "#d9d2e9", "pass@k, best-of-n"),
         "11": (8.0, -0.8, "#ead1dc", "unsloth + vLLM"), "12": (9.9, -0.8, "#ead1dc", "tool calls"),
     }
-    # 02 -> 05..08 is one arrow into the shaded group below (all four start from sft_cold)
+    # 02 -> 05..08 is one arrow into the shaded group below (05-07 start from sft_cold, 08 measures against it)
     arrows = [("01", "02"), ("02", "03"), ("03", "05"), ("07", "08"),
               ("08", "09"), ("08", "10"), ("04", "05"), ("04", "07"), ("07", "11"),
               ("07", "12")]
@@ -136,13 +137,13 @@ def plot_pipeline(title: str = "Where each notebook sits", ax=None):
         if a in boxes and b in boxes:  # from the right edge of box a to the left edge of box b
             ax.annotate("", xy=(0, 0.5), xycoords=boxes[b], xytext=(1, 0.5), textcoords=boxes[a],
                         arrowprops=dict(arrowstyle="->", color="#555555", shrinkA=7, shrinkB=7))
-    # 05, 06, 07 and 08 all start from 02's stage sft_cold (05 also uses 03's reward model): one group, one arrow
+    # 05, 06 and 07 start from 02's stage sft_cold (05 also uses 03's reward model), 08 measures against it: one group
     group = ax.add_patch(plt.Rectangle((5.15, -0.45), 3.6, 2.9, fc="#f6f6f6", ec="#999999", ls=":", zorder=0))
     ax.annotate("", xy=(0, 0.5), xycoords=group, xytext=(1, 0.5), textcoords=boxes["02"],
                 arrowprops=dict(arrowstyle="->", color="#555555", shrinkA=7, shrinkB=2))
     ax.text(3.9, 1.08, "sft_cold", ha="center", fontsize=7.5, style="italic", color="#555555")
-    ax.text(8.7, 2.3, "05–08 start from\n02's sft_cold", ha="right", va="top", fontsize=7.5, style="italic",
-            color="#555555")
+    ax.text(8.7, 2.3, "05–07 start from\n02's sft_cold;\n08 measures against it", ha="right", va="top", fontsize=7.5,
+            style="italic", color="#555555")
     ax.text(6.0, 2.75, "RLHF family", ha="center", fontsize=9, style="italic")
     if any(not nb.built for nb in NOTEBOOKS if nb.number in layout):   # a legend only while a box is dashed
         ax.text(10.9, -1.25, "dashed box: coming", ha="right", fontsize=8, color="#555555")

@@ -142,7 +142,7 @@ def test_plot_pipeline_says_which_notebooks_start_from_sft_cold():
     fig, ax = plotting.plot_pipeline()
     texts = " ".join(t.get_text() for t in ax.texts)
     plt.close(fig)
-    assert "05–08 start from" in texts and "sft_cold" in texts  # notebook 00's Step 2 says the same
+    assert "05–07 start from" in texts and "sft_cold" in texts  # notebook 00's Step 2 says the same
 
 
 def test_load_results_of_this_run_skips_other_seeds_models_and_scales(tmp_path, monkeypatch):
