@@ -99,9 +99,10 @@ def trl_parity(trainer, n_prompts: int = 4, perturb: float = 1e-2, seed: int = 0
 
     1. :func:`trl_generation_batch` makes a batch; ours: :func:`losses.grpo_advantages`
        on the recorded rewards.
-    2. The trainable weights are nudged by Gaussian noise of scale ``perturb`` (as if an
-       optimizer step had happened), so the policy differs from the one that sampled:
-       the ratio is no longer 1 and the clip can bind. Ours: :func:`losses.completion_logps`
+    2. The trainable weights are nudged by Gaussian noise of scale ``perturb`` (on purpose
+       far more than one optimizer step moves them), so the policy differs from the one that
+       sampled: the ratio is no longer 1 and the clip binds on many tokens, exercising every
+       branch of the loss. Ours: :func:`losses.completion_logps`
        for π_θ (and, when TRL did not buffer them, π_old = the unperturbed weights).
     3. For every ``loss_type`` and importance-sampling level, ``trainer._compute_loss``
        against :func:`losses.grpo_loss`.
