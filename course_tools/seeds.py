@@ -14,7 +14,7 @@ The check cells' lines are read back from each seed's executed notebooks (:func:
 the same page (:func:`margins_table`): for every check condition, the seeds it held at and its thinnest margin.
 
 Each finished seed's results records are also kept in the repository, under ``docs/seeds/s<seed>/`` (``--keep``;
-:func:`keep_records`), with the seed's ``RESULTS.md`` (its checks' lines and its failures): the cross-seed record
+:func:`keep_records`), with the seed's ``RESULTS.md`` (its failures) and its check lines (``checks.json``): the record
 outlives the artifacts folder, so seeds run on different days (or machines, which the records name) tabulate
 together. ``--report-only`` reads a seed's artifacts folder where it has one and its kept records otherwise.
 """
@@ -77,10 +77,10 @@ def parse_check_line(line: str) -> dict | None:
         return None
     ok, text = line[0] == "✓", line[2:].removesuffix("  (missed)")
     match = _COMPARISON.match(text)
-    if match and _number(match["value"]) is not None and _number(match["threshold"]) is not None:
-        return {"name": _stable_name(match["name"]), "ok": ok, "value": _number(match["value"]), "relation": match["relation"],
-                "threshold": _number(match["threshold"]),
-                "shown": f"{match['value']} {match['relation']} {match['threshold']}",
+    value, threshold = (_number(match["value"]), _number(match["threshold"])) if match else (None, None)
+    if value is not None and threshold is not None:
+        return {"name": _stable_name(match["name"]), "ok": ok, "value": value, "relation": match["relation"],
+                "threshold": threshold, "shown": f"{match['value']} {match['relation']} {match['threshold']}",
                 "percent": match["threshold"].endswith("%")}
     return {"name": _stable_name(_holds_name(text)), "ok": ok}
 
@@ -167,8 +167,8 @@ def margins_table(checks: dict[int, dict[str, list[dict]]]) -> str:
         rows.append((nb[:2], name, f"{held} / {len(seen)}", thinnest, margin))
     missed = [f"{nb[:2]} \"{c['name']}\" at seed {s}" for s in seeds for nb, conditions in checks[s].items()
               for c in conditions if not c["ok"]]
-    summary = (f"**Missed:** {'; '.join(missed)}." if missed else
-               f"**Every condition held at every seed** ({len(rows)} condition{'s' * (len(rows) != 1)}, seeds {', '.join(map(str, seeds))}).")
+    count = f"{len(rows)} condition{'s' * (len(rows) != 1)}, seeds {', '.join(map(str, seeds))}"
+    summary = f"**Missed:** {'; '.join(missed)}." if missed else f"**Every condition held at every seed** ({count})."
     return (markdown_rows(("#", "check", "held at", "thinnest: value against threshold", "margin"), rows)
             + f"\n\n{summary}\n")
 
