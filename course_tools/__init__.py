@@ -5,7 +5,7 @@ runner            ``make course``: every notebook in a fresh kernel -> ``build/`
 testrun           ``make test``: notebooks 01-03, then two pytest streams side by side at one thread each
 reports           ``build/RESULTS.md``'s table and the budget report (seconds against each notebook's budget)
 seeds             ``make seeds``: the course once per seed -> ``build/SEEDS.md`` and ``docs/results.md``'s table
-matrix            ``make matrix``: notebooks 02-12 on two other model families, at the smoke scale
+matrix            ``make matrix``: notebooks 02-13 on two other model families, at the smoke scale
 base_model        a small base model of another family, pretrained here: "your own model" at full scale
 book              ``make book``: the executed notebooks as a static site (Sphinx + MyST-NB); install cells
 browser           a headless Chromium over the DevTools protocol: the book as a reader's browser shows it

@@ -36,7 +36,7 @@ from course_utils.modeling import FAMILIES, save_family_model
 from course_utils.paths import artifacts_root, notebook_files, repo_root
 from course_utils.show import markdown_rows
 
-MATRIX_NOTEBOOKS = ("02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12")
+MATRIX_NOTEBOOKS = ("02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12", "13")
 MODEL_FREE = ("04",)   # its bandits and grid worlds load no language model: its checks assert on any model
 
 

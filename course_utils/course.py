@@ -93,6 +93,11 @@ NOTEBOOKS = [
                  "a tool-calling chat template, a cold start with and without the tool, the multi-turn rollout and its "
                  "tool mask from scratch and against TRL's loop, GRPO that learns when to call, what goes wrong",
                  9),
+    NotebookInfo("13", "when_rl_goes_wrong", "When RL goes wrong: make it fail, see it, fix it", "When RL goes wrong",
+                 "entropy collapse, a reward that rewards nothing, length running away, a sampler that is not the "
+                 "trainer, evaluation that misleads: each caused on purpose from one start, read in the panels, "
+                 "diagnosed and fixed; clip-higher, high-entropy tokens, DAPO's overlong penalty, importance weights",
+                 6),
 ]
 
 

@@ -58,13 +58,15 @@ def eos_token_ids(tokenizer, model) -> list[int]:
     return sorted(i for i in ids if i is not None)
 
 
-def _sampling_kwargs(tokenizer, eos_ids: list[int], max_new_tokens: int, temperature: float) -> dict:
-    """``generate`` arguments: greedy at temperature 0, else plain sampling from softmax(z / T)."""
+def _sampling_kwargs(tokenizer, eos_ids: list[int], max_new_tokens: int, temperature: float, top_k: int = 0,
+                     top_p: float = 1.0) -> dict:
+    """``generate`` arguments: greedy at temperature 0, else sampling from softmax(z / T), truncated to the top-k /
+    top-p set where asked."""
     kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id, eos_token_id=eos_ids)
     if temperature == 0:
         return dict(kwargs, do_sample=False)
-    # top_k=0 and top_p=1 switch off the generation config's truncations: the full distribution.
-    return dict(kwargs, do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+    # top_k=0 and top_p=1 (the defaults) switch off the generation config's truncations: the full distribution.
+    return dict(kwargs, do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p)
 
 
 @torch.no_grad()
@@ -162,7 +164,8 @@ def _pad_and_stack(rows: list[torch.Tensor], value, left: bool = False) -> torch
 @torch.no_grad()
 def sample_completions(model, tokenizer, prompts: list[str], num_samples: int = 1, temperature: float = 1.0,
                        max_new_tokens: int = 48, return_logps: bool = False, batch_size: int = 64,
-                       progress: bool = False, use_engine: bool | None = None) -> Completions:
+                       progress: bool = False, use_engine: bool | None = None, top_k: int = 0,
+                       top_p: float = 1.0) -> Completions:
     """Sample ``num_samples`` completions for each prompt (greedy when ``temperature == 0``).
 
     Prompts are left-padded so that every continuation starts at the same column. The
@@ -173,7 +176,9 @@ def sample_completions(model, tokenizer, prompts: list[str], num_samples: int = 
 
     Decoding runs on the course's KV-cached loop (:mod:`engine`, the same distribution at
     a fraction of ``generate``'s per-token cost) wherever ``engine.supports(model)``, and on
-    ``model.generate`` otherwise; ``use_engine`` forces one or the other.
+    ``model.generate`` otherwise; ``use_engine`` forces one or the other. ``top_k`` > 0 or ``top_p`` < 1 sample
+    from the truncated distribution instead (``generate``'s warpers; the engine draws from the full one only), and
+    ``return_logps`` still gives the full distribution's log-probs (notebook 13 compares the two).
     """
     prompts = _check_prompts(prompts)
     if num_samples < 1:
@@ -182,8 +187,11 @@ def sample_completions(model, tokenizer, prompts: list[str], num_samples: int = 
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     device = next(model.parameters()).device
     eos_ids = eos_token_ids(tokenizer, model)
-    gen_kwargs = _sampling_kwargs(tokenizer, eos_ids, max_new_tokens, temperature)
-    fast = use_engine if use_engine is not None else engine.supports(model)
+    gen_kwargs = _sampling_kwargs(tokenizer, eos_ids, max_new_tokens, temperature, top_k, top_p)
+    truncated = temperature > 0 and (top_k > 0 or top_p < 1.0)
+    if truncated and use_engine:
+        raise ValueError("the engine samples from the full distribution: top-k / top-p need generate")
+    fast = (use_engine if use_engine is not None else engine.supports(model)) and not truncated
     prompts_per_batch = max(1, batch_size // num_samples)
     parts = {"prompt_ids": [], "prompt_mask": [], "completion_ids": [], "completion_mask": [], "logps": []}
     with eval_mode(model, tokenizer, padding_side="left"):

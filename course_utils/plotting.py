@@ -118,12 +118,13 @@ def plot_pipeline(title: str = "Where each notebook sits", ax=None):
         "07": (6.0, 0.0, "#ead1dc", "group advantage,\nno critic"), "08": (8.0, 0.5, "#ead1dc", ""),
         "09": (9.9, 0.5, "#d9d2e9", ""), "10": (9.9, 1.6, "#d9d2e9", "pass@k, best-of-n"),
         "11": (8.0, -0.8, "#ead1dc", "unsloth + vLLM"), "12": (9.9, -0.8, "#ead1dc", "tool calls"),
+        "13": (8.0, -1.75, "#ead1dc", "sick runs"),
     }
     # 02 -> 05..08 is one arrow into the shaded group below (05-07 start from sft_cold, 08 measures against it)
     arrows = [("01", "02"), ("02", "03"), ("03", "05"), ("07", "08"),
               ("08", "09"), ("08", "10"), ("04", "05"), ("04", "07"), ("07", "11"),
-              ("07", "12")]
-    fig, ax = _ax(ax, figsize=(11, 4.2))
+              ("07", "12"), ("07", "13")]
+    fig, ax = _ax(ax, figsize=(11, 4.8))
     boxes = {}
     for nb in NOTEBOOKS:
         if nb.number not in layout:
@@ -146,9 +147,9 @@ def plot_pipeline(title: str = "Where each notebook sits", ax=None):
             style="italic", color="#555555")
     ax.text(6.0, 2.75, "RLHF family", ha="center", fontsize=9, style="italic")
     if any(not nb.built for nb in NOTEBOOKS if nb.number in layout):   # a legend only while a box is dashed
-        ax.text(10.9, -1.25, "dashed box: coming", ha="right", fontsize=8, color="#555555")
+        ax.text(10.9, -2.1, "dashed box: coming", ha="right", fontsize=8, color="#555555")
     ax.set_xlim(-0.4, 10.9)
-    ax.set_ylim(-1.35, 3.0)
+    ax.set_ylim(-2.2, 3.0)
     ax.axis("off")
     ax.set_title(title)
     fig.tight_layout()

@@ -1,6 +1,6 @@
 """The model matrix: the smoke scale, the family models, and the part of `make matrix` that CI runs.
 
-`make matrix` runs notebooks 02-12 on both families (tens of minutes on 2 cores); `make test` runs the two
+`make matrix` runs notebooks 02-13 on both families (tens of minutes on 2 cores); `make test` runs the two
 cells of it in ``CI_CELLS`` (one per family, chosen for the branches only another family exercises).
 """
 from dataclasses import dataclass
