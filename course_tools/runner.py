@@ -3,7 +3,7 @@
 ``python -m course_tools.runner`` (what ``make course`` calls) runs every notebook
 of ``notebooks/``, each in a fresh kernel, in the plan of ``make test`` (:mod:`course_tools.testrun`):
 01-03 in turn at the profile's threads, then two streams side by side at one torch thread each
-(05, 07, 08, 10 in one, the rest in the other: ``testrun.COURSE_STREAM_A``), which on 2 cores finishes
+(05, 07, 08, 12 in one, the rest in the other: ``testrun.COURSE_STREAM_A``), which on 2 cores finishes
 sooner than all in turn.
 ``--streams 1`` (or env ``COURSE_STREAMS=1``) runs every notebook in turn; so does a run of
 notebooks that leaves nothing to put side by side (one notebook, say), and so does a machine with

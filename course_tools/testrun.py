@@ -39,16 +39,16 @@ from course_utils.progress import TEXT_PROGRESS_ENV
 
 PHASE_1 = ("01", "02", "03")
 """notebooks run first, serially: they make the stages the others load"""
-STREAM_A = ("05", "07", "08", "12")
+STREAM_A = ("05", "07", "08", "12", "13")
 """phase 2's first stream, in order: 08 compares itself with 07's recorded results, and 07's section 9 with 05's
 and 06's (06, early in stream B, has normally ended well before 07 reaches section 9; a results file that is not
-there yet is left out of the table, never an error). 12 (no dependency on the others) ends it to balance the
+there yet is left out of the table, never an error). 12 and 13 (no dependency on the others) end it to balance the
 streams: 05-08 alone take clearly less time than stream B with its unit tests."""
 
-COURSE_STREAM_A = ("05", "07", "08", "10")
+COURSE_STREAM_A = ("05", "07", "08", "12")
 """``make course``'s stream A (:mod:`course_tools.runner`; 08 reads 07's results, so 07 comes first). Its stream B
-has no unit tests, so the two streams are balanced by the notebooks' own times: 05, 07, 08 and 10 against 00, 04,
-06, 09, 11 and 12, each side about half of phase 2 ([docs/performance.md](../docs/performance.md) has the times).
+has no unit tests, so the two streams are balanced by the notebooks' own times: 05, 07, 08 and 12 against 00, 04,
+06, 09, 10, 11 and 13, each side about half of phase 2 ([docs/performance.md](../docs/performance.md) has the times).
 Either plan runs every notebook of phase 2 at one thread, so a notebook's numbers do not depend on its stream."""
 
 

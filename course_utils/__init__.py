@@ -17,7 +17,7 @@ distill           sequence-level, logit (GKD) and hidden-state distillation (not
 inference_scaling notebook 10: votes, best-of-N, a PRM and a generative judge
 capstone          notebook 11: the seed's tag template, format priming rows, rewards, GRPO/vLLM configs
 agentic           notebook 12: tool tags and template, a safe calculator, the multi-turn rollout
-rl_failures       notebook 13: RL runs made to fail, their estimators and fixes (high-entropy mask, overlong penalty)
+rl_failures       notebook 13: RL runs made to fail, their estimators and fixes (high-entropy mask, sampler gaps)
 memory            training memory of each notebook's GPU recipe for Qwen3-0.6B/1.7B/4B (notebook 00)
 ================= ==========================================================
 

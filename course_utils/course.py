@@ -94,9 +94,10 @@ NOTEBOOKS = [
                  "tool mask from scratch and against TRL's loop, GRPO that learns when to call, what goes wrong",
                  9),
     NotebookInfo("13", "when_rl_goes_wrong", "When RL goes wrong: make it fail, see it, fix it", "When RL goes wrong",
-                 "entropy collapse, a reward that rewards nothing, length running away, a sampler that is not the "
-                 "trainer, evaluation that misleads: each caused on purpose from one start, read in the panels, "
-                 "diagnosed and fixed; clip-higher, high-entropy tokens, DAPO's overlong penalty, importance weights",
+                 "a step too large with no KL anchor, a cold start without the skill, a reward that rewards nothing, a "
+                 "sampler that is not the trainer, evaluation that misleads: each caused on purpose, read in the "
+                 "panels, diagnosed and fixed; entropy collapse, clip-higher, high-entropy tokens, DAPO's overlong "
+                 "penalty, importance weights",
                  6),
 ]
 

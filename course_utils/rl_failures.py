@@ -1,6 +1,6 @@
 """RL runs that go wrong on purpose (notebook 13): the causes, the estimators that show them, and their fixes.
 
-Each failure of notebook 13 is caused on the tiny model by one change to 07's GRPO recipe, seen in the logs a
+Each failure of notebook 13 is caused on the tiny model by one change to 07's GRPO recipe or start, seen in the logs a
 practitioner watches, diagnosed and fixed. What is new there lives here, written from scratch; the notebook checks
 each piece against TRL (or the paper's formula) on the same tensors, and ``tests/test_rl_failures.py`` does too:
 
@@ -8,14 +8,12 @@ each piece against TRL (or the paper's formula) on the same tensors, and ``tests
   minority (Wang et al., arXiv 2506.01939; TRL's ``top_entropy_quantile``);
 * **a reward that rewards nothing** — :class:`RandomReward`, the random-reward control of Shao et al. (arXiv
   2506.10947), and :func:`fixed_and_broken`, a paired count of the problems a run fixed and broke;
-* **length running away** — :class:`LengthBonus`, a reward with a length bias, and DAPO's soft overlong punishment
-  (:func:`soft_overlong_punishment`, :class:`SoftOverlongPunishment`; TRL's ``get_soft_overlong_punishment``), and
-  :func:`truncation_rate`, the share of completions cut at the budget (:func:`heldout_truncation` on held-out
-  problems);
+* **length running away** — DAPO's soft overlong punishment (:func:`soft_overlong_punishment`,
+  :class:`SoftOverlongPunishment`; TRL's ``get_soft_overlong_punishment``);
 * **the sampler is not the trainer** — :func:`truncate_logits` and :func:`truncated_logps`, top-k / top-p sampling
-  as ``transformers``' warpers do it, :func:`sample_truncated`, which samples so and scores every token under both
-  distributions, and :func:`reward_estimates`, a mean reward from such samples with and without the importance weight
-  of :func:`losses.sampler_is_weight`;
+  as ``transformers``' warpers do it, at the trainer's temperature or another, :func:`sample_truncated`, which samples
+  so and scores every token under both distributions, and :func:`reward_estimates`, a mean reward from such samples
+  with and without the importance weight of :func:`losses.sampler_is_weight`;
 * **evaluation that misleads** — :func:`pass_at_k_curve`, pass@k for every k from one set of samples (Yue et al.,
   arXiv 2504.13837).
 """
@@ -81,28 +79,6 @@ class RandomReward:
         return draws.float().tolist()
 
 
-class LengthBonus:
-    """A reward with a length bias: ``weight`` × the completion's share of the budget, in tokens.
-
-    .. math:: r_i = w\\,\\frac{\\min(|o_i|, L_{\\max})}{L_{\\max}}
-
-    It stands for what a learned reward model with a length bias pays (a longer answer looks more careful to it),
-    written as a rule so that the bias is known. It takes TRL's ``completion_ids`` (each completion's tokens, up to and
-    including its end-of-sequence token), so its lengths are the trainer's.
-    """
-
-    __name__ = "length_bonus"
-
-    def __init__(self, max_completion_length: int, weight: float = 1.0):
-        if max_completion_length < 1:
-            raise ValueError(f"max_completion_length must be >= 1, got {max_completion_length}")
-        self.max_completion_length, self.weight = max_completion_length, weight
-
-    def __call__(self, completion_ids: Sequence[Sequence[int]], **kwargs) -> list[float]:
-        L = self.max_completion_length
-        return [self.weight * min(len(ids), L) / L for ids in completion_ids]
-
-
 def soft_overlong_punishment(lengths, max_completion_length: int, cache: int) -> torch.Tensor:
     """DAPO's soft overlong punishment (Yu et al., arXiv 2503.14476, eq. 13) for completions of ``lengths`` tokens.
 
@@ -135,38 +111,6 @@ class SoftOverlongPunishment:
     def __call__(self, completion_ids: Sequence[Sequence[int]], **kwargs) -> list[float]:
         lengths = [len(ids) for ids in completion_ids]
         return soft_overlong_punishment(lengths, self.max_completion_length, self.cache).tolist()
-
-
-def truncation_rate(completion_ids: torch.Tensor, completion_mask: torch.Tensor, max_new_tokens: int,
-                    eos_ids: Sequence[int]) -> float:
-    """The share of completions cut at the budget: ``max_new_tokens`` tokens long with no end-of-sequence token among
-    them (what TRL logs as ``completions/clipped_ratio`` for its own batches). ``completion_ids`` and
-    ``completion_mask`` ``(N, C)``, as :class:`generation.Completions` holds them (the mask 1 up to and including the
-    first end token)."""
-    if completion_ids.shape != completion_mask.shape:
-        raise ValueError(f"ids {tuple(completion_ids.shape)} and mask {tuple(completion_mask.shape)} must match")
-    if completion_ids.size(0) == 0:
-        raise ValueError("no completions")
-    mask = completion_mask.bool()
-    ended = (torch.isin(completion_ids, torch.tensor(list(eos_ids), dtype=completion_ids.dtype)) & mask).any(1)
-    cut = (mask.sum(1) >= max_new_tokens) & ~ended
-    return float(cut.float().mean())
-
-
-@torch.no_grad()
-def heldout_truncation(model, tokenizer, profile, max_new_tokens: int, temperature: float, num_samples: int = 4,
-                       split: str = "test", batch_size: int = 256) -> float:
-    """:func:`truncation_rate` of ``num_samples`` samples per held-out problem (``profile.eval_size`` of ``split``) at
-    ``temperature`` with a budget of ``max_new_tokens``: the training panel's truncation rate, measured on problems
-    the run never trained on."""
-    from .chat import chat_prompt
-    from .evaluation import heldout_problems
-    from .generation import eos_token_ids, sample_completions
-    prompts = [chat_prompt(tokenizer, p["question"]) for p in heldout_problems(split, profile.eval_size)]
-    samples = sample_completions(model, tokenizer, prompts, num_samples=num_samples, temperature=temperature,
-                                 max_new_tokens=max_new_tokens, batch_size=batch_size)
-    return truncation_rate(samples.completion_ids, samples.completion_mask, max_new_tokens,
-                           eos_token_ids(tokenizer, model))
 
 
 def fixed_and_broken(before: Sequence[bool], after: Sequence[bool]) -> tuple[int, int]:
@@ -208,32 +152,38 @@ def truncate_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) ->
 
 
 def truncated_logps(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, top_k: int = 0,
-                    top_p: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-probs of ``tokens`` under the trainer's distribution and under the truncated sampler's.
+                    top_p: float = 1.0, sampler_temperature: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs of ``tokens`` under the trainer's distribution and under the sampler's.
 
     .. math:: \\pi_\\text{train}(y_t) = \\operatorname{softmax}(z_t/T)_{y_t},\\qquad
-              \\pi_\\text{sample}(y_t) = \\frac{\\pi_\\text{train}(y_t)\\,\\mathbb{1}[y_t \\in S_t]}
-              {\\sum_{v \\in S_t} \\pi_\\text{train}(v)}
+              \\pi_\\text{sample}(y_t) = \\frac{q_t(y_t)\\,\\mathbb{1}[y_t \\in S_t]}{\\sum_{v \\in S_t} q_t(v)},
+              \\quad q_t = \\operatorname{softmax}(z_t/T_s)
 
-    where S_t is the set :func:`truncate_logits` keeps. For a sampled token (always in S_t),
+    where S_t is the set :func:`truncate_logits` keeps of q_t and T_s the sampler's temperature
+    (``sampler_temperature``, default: the trainer's T). With T_s = T, for a sampled token (always in S_t),
     log π_train − log π_sample = log Σ_{v∈S_t} π_train(v) ≤ 0: the mass the sampler cut away, never positive, so the
-    importance weight π_train/π_sample of every sampled token is at most 1. ``logits`` ``(B, T, V)``, ``tokens``
-    ``(B, T)``; returns ``(train_logps, sample_logps)``, both ``(B, T)``, float32 (−inf where a token is outside S_t).
+    importance weight π_train/π_sample of every sampled token is at most 1. With T_s ≠ T the ratio takes both signs:
+    a colder sampler (T_s < T) over-draws the likely tokens (ratio below 1) and under-draws the rest (above 1).
+    ``logits`` ``(B, T, V)``, ``tokens`` ``(B, T)``; returns ``(train_logps, sample_logps)``, both ``(B, T)``,
+    float32 (−inf where a token is outside S_t).
     """
-    scaled = logits.float() / temperature
     index = tokens.unsqueeze(-1)
-    train = torch.log_softmax(scaled, -1).gather(-1, index).squeeze(-1)
-    sample = torch.log_softmax(truncate_logits(scaled, top_k, top_p), -1).gather(-1, index).squeeze(-1)
+    train = torch.log_softmax(logits.float() / temperature, -1).gather(-1, index).squeeze(-1)
+    sampler_scaled = logits.float() / (temperature if sampler_temperature is None else sampler_temperature)
+    sample = torch.log_softmax(truncate_logits(sampler_scaled, top_k, top_p), -1).gather(-1, index).squeeze(-1)
     return train, sample
 
 
 @torch.no_grad()
 def sample_truncated(model, tokenizer, prompts: list[str], num_samples: int, temperature: float, top_k: int = 0,
-                     top_p: float = 1.0, max_new_tokens: int = 48, batch_size: int = 256) -> dict:
-    """Sample with top-k / top-p truncation (``model.generate``'s warpers), then score every token twice.
+                     top_p: float = 1.0, max_new_tokens: int = 48, batch_size: int = 256,
+                     sampler_temperature: float | None = None) -> dict:
+    """Sample as a sampler configured apart from the trainer would, then score every token under both.
 
+    The sampler draws at ``sampler_temperature`` (default: the trainer's ``temperature``) with top-k / top-p
+    truncation (``model.generate``'s warpers); the trainer computes softmax(z/T) at ``temperature``.
     Returns ``{"completions": generation.Completions, "train_logps", "sample_logps"}``: the ``(N, C)`` log-probs of
-    the sampled tokens under the trainer's full softmax(z/T) and under the sampler's truncated one
+    the sampled tokens under the trainer's full softmax(z/T) and under the sampler's distribution
     (:func:`truncated_logps`), from one forward pass of ``model`` over each batch, 0 after each completion's end, and
     ``"outside"``: how many sampled tokens that pass placed outside the truncated set (a rounding difference between
     ``generate``'s cached forward and the full one at the set's edge; such a token gets the trainer's log-prob as the
@@ -241,8 +191,10 @@ def sample_truncated(model, tokenizer, prompts: list[str], num_samples: int, tem
     """
     from .generation import eval_mode, sample_completions
     from .losses import mask_positions
-    completions = sample_completions(model, tokenizer, prompts, num_samples=num_samples, temperature=temperature,
-                                     max_new_tokens=max_new_tokens, batch_size=batch_size, top_k=top_k, top_p=top_p)
+    sampler_temperature = temperature if sampler_temperature is None else sampler_temperature
+    completions = sample_completions(model, tokenizer, prompts, num_samples=num_samples,
+                                     temperature=sampler_temperature, max_new_tokens=max_new_tokens,
+                                     batch_size=batch_size, top_k=top_k, top_p=top_p)
     ids, attention = completions.input_ids, completions.attention_mask
     P = completions.prompt_ids.size(1)
     train_parts, sample_parts = [], []
@@ -251,7 +203,7 @@ def sample_truncated(model, tokenizer, prompts: list[str], num_samples: int, tem
             rows = slice(start, start + batch_size)
             logits = model(input_ids=ids[rows], attention_mask=attention[rows],
                            position_ids=mask_positions(attention[rows])).logits[:, P - 1:-1]   # predicts the completion
-            train, sample = truncated_logps(logits, ids[rows, P:], temperature, top_k, top_p)
+            train, sample = truncated_logps(logits, ids[rows, P:], temperature, top_k, top_p, sampler_temperature)
             train_parts.append(train)
             sample_parts.append(sample)
     mask = completions.completion_mask.bool()

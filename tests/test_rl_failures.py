@@ -77,24 +77,6 @@ def test_the_random_reward_ignores_the_completion_and_is_its_own_stream():
     assert rl_failures.RandomReward(0.0)(["x"] * 5) == [0.0] * 5
 
 
-def test_the_length_bonus_counts_tokens_up_to_the_budget():
-    bonus = rl_failures.LengthBonus(48, weight=0.5)
-    assert bonus(completion_ids=[[1] * 12, [1] * 48, [1] * 60]) == [0.125, 0.5, 0.5]
-
-
-def test_truncation_rate_counts_completions_cut_at_the_budget():
-    eos, pad = 9, 0
-    ids = torch.tensor([[1, 2, eos, pad],     # ended early
-                        [1, 2, 3, eos],       # ended on the last token: not cut
-                        [1, 2, 3, 4],         # cut
-                        [1, eos, pad, pad]])
-    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 0, 0]])
-    assert rl_failures.truncation_rate(ids, mask, 4, [eos]) == pytest.approx(0.25)
-    assert rl_failures.truncation_rate(ids[2:3], mask[2:3], 4, [eos, 4]) == 0.0     # its last token is an end token
-    with pytest.raises(ValueError, match="must match"):
-        rl_failures.truncation_rate(ids, mask[:, :3], 4, [eos])
-
-
 def test_fixed_and_broken():
     assert rl_failures.fixed_and_broken([True, False, False, True], [True, True, False, False]) == (1, 1)
     assert rl_failures.fixed_and_broken([False] * 3, [True] * 3) == (3, 0)
@@ -134,6 +116,20 @@ def test_truncated_logps_by_the_formula():
     kept_mass = torch.logsumexp(train_all.masked_fill(torch.isinf(warped), float("-inf")), -1)
     torch.testing.assert_close(train - sample, kept_mass)                               # log pi_train/pi_sample
     assert (train - sample <= 1e-6).all()
+
+
+def test_truncated_logps_at_another_sampler_temperature():
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(2, 5, 30, generator=g) * 2
+    tokens = torch.randint(0, 30, (2, 5), generator=g)
+    train, sample = rl_failures.truncated_logps(logits, tokens, 0.8, sampler_temperature=0.5)
+    torch.testing.assert_close(train, torch.log_softmax(logits / 0.8, -1).gather(-1, tokens[..., None])[..., 0])
+    torch.testing.assert_close(sample, torch.log_softmax(logits / 0.5, -1).gather(-1, tokens[..., None])[..., 0])
+    likely = torch.log_softmax(logits, -1).argmax(-1)                                  # a colder sampler over-draws it
+    train_top, sample_top = rl_failures.truncated_logps(logits, likely, 0.8, sampler_temperature=0.5)
+    assert (train_top < sample_top).all()
+    same = rl_failures.truncated_logps(logits, tokens, 0.8, sampler_temperature=0.8)
+    torch.testing.assert_close(same[0], same[1])                                       # one temperature: one policy
 
 
 def test_reward_estimates_weight_each_completion():
