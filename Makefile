@@ -68,7 +68,7 @@ SEEDS ?= 1234 7 3
 seeds: install
 	@start=$$(date +%s); $(OFFLINE) $(PY) -m course_tools.seeds $(SEEDS); rc=$$?; echo "make seeds took $$(( $$(date +%s) - start )) s"; exit $$rc
 
-# Notebooks 02-12 on two tiny models of other families (Llama-style without pad token or chat template, GPT-2-style),
+# Notebooks 02-13 on two tiny models of other families (Llama-style without pad token or chat template, GPT-2-style),
 # built offline, at the smoke scale (COURSE_SCALE=smoke): each must run, record its results and print NOT CHECKED.
 # Writes build/MATRIX.md. FAMILIES="llama" or NOTEBOOKS="02 07" for part of it; `make test` runs a part.
 FAMILIES ?= llama gpt2
