@@ -160,11 +160,13 @@ def dpo_trainer(model, ref_model, tokenizer, profile: Profile, recipe: DPORecipe
     forward pass per pair instead of one per pair per visit, the same loss to the last bit (tested). Run (b) of
     notebook 06 sees each of its pairs about four times, so most of its reference passes go. (With
     ``ref_model=None`` TRL scores the untrained policy instead, and keeps no second model in memory; the course
-    keeps one, to measure the KL after training.)
+    keeps one, to measure the KL after training.) The scores are also kept for the rest of the process
+    (:func:`dpo_trainer_class`), so a second run on the same pairs against the same reference reuses them: 06's
+    comparison runs share one set of pairs and one reference.
     ``precompute_reference=False``: the reference scores each batch at every step, as TRL does by default.
     """
     from datasets import Dataset
-    from trl import DPOConfig, DPOTrainer
+    from trl import DPOConfig
     install_trl_cpu_fallback()
     if recipe.loss_type == "simpo":
         raise ValueError("SimPO has no reference model: build it with simpo_trainer")
@@ -173,8 +175,53 @@ def dpo_trainer(model, ref_model, tokenizer, profile: Profile, recipe: DPORecipe
         **profile.trainer_kwargs(**_schedule(recipe, logging_steps), beta=recipe.beta, loss_type=[recipe.loss_type],
                                  max_length=recipe.max_length,
                                  precompute_ref_log_probs=precompute_reference))
-    return DPOTrainer(model=model, ref_model=ref_model, args=args, train_dataset=Dataset.from_list(train_rows),
-                      processing_class=tokenizer)
+    return dpo_trainer_class()(model=model, ref_model=ref_model, args=args, train_dataset=Dataset.from_list(train_rows),
+                               processing_class=tokenizer)
+
+
+_REFERENCE_LOGPS: dict[tuple, dict] = {}
+"""precomputed reference log-probs by (reference weights' hash, tokenized pairs' hash, batch size): see
+:func:`dpo_trainer_class`"""
+
+
+def dpo_trainer_class():
+    """TRL's ``DPOTrainer``, whose precomputed reference log-probs are reused within the process.
+
+    With ``precompute_ref_log_probs=True`` TRL scores every pair under the reference before training and caches the
+    scores in a file named after the dataset's fingerprint; a dataset built in memory gets a random fingerprint, so a
+    second trainer on the same pairs scores them all again. This subclass keys the scores by what determines them:
+    the reference's weights (TRL's own hash of them), the tokenized pairs in their order, and the batch size (which
+    fixes each batch's padding). A hit returns the very numbers the first pass computed (tested), so training runs as
+    it would have; a miss is TRL's pass unchanged. The pass's data loader takes one number from torch's global
+    generator, so after a hit the process's random stream lacks that draw: what is sampled later (a KL estimate, say)
+    is another draw of the same estimate.
+    """
+    import hashlib
+
+    from datasets import Dataset, concatenate_datasets
+    from trl import DPOTrainer
+
+    class CourseDPOTrainer(DPOTrainer):
+        __doc__ = dpo_trainer_class.__doc__
+
+        def _precompute_ref_logps(self, dataset, name, batch_size):
+            digest = hashlib.sha1()
+            for column in sorted(dataset.column_names):
+                digest.update(column.encode())
+                for value in dataset[column]:                  # token ids, texts: repr is exact for both
+                    digest.update(repr(value).encode() + b"|")
+            key = (self._precompute_model_hash, digest.hexdigest(), batch_size)
+            kept = _REFERENCE_LOGPS.get(key)
+            if kept is not None:
+                return concatenate_datasets([dataset, Dataset.from_dict(kept["columns"], features=kept["features"])],
+                                            axis=1)
+            scored = super()._precompute_ref_logps(dataset, name, batch_size)
+            columns = ["ref_chosen_logps", "ref_rejected_logps"]
+            _REFERENCE_LOGPS[key] = {"columns": {c: scored[c] for c in columns},
+                                     "features": scored.select_columns(columns).features}
+            return scored
+
+    return CourseDPOTrainer
 
 
 def simpo_trainer(model, tokenizer, profile: Profile, recipe: DPORecipe, output_dir: str | Path,

@@ -121,6 +121,40 @@ def test_precomputed_reference_logps_train_exactly_as_scoring_at_every_step(toke
     assert logs[True] == logs[False]
 
 
+def test_reference_logps_are_reused_for_the_same_pairs_and_reference_only(tokenizer, tiny_pair, tmp_path,
+                                                                         monkeypatch):
+    """A second dpo_trainer on the same pairs and reference gets the first one's scores without scoring again;
+    other pairs or another reference are scored anew."""
+    from dataclasses import replace
+
+    from trl import DPOTrainer
+
+    from course_utils import training
+    from course_utils.run_config import get_profile
+    from course_utils.recipes import DPORecipe
+    policy, reference = tiny_pair
+    recipe = replace(DPORecipe(), steps=1, batch_size=2)
+    passes = []
+    scored = DPOTrainer._precompute_ref_logps
+    monkeypatch.setattr(DPOTrainer, "_precompute_ref_logps",
+                        lambda self, *a, **k: passes.append(1) or scored(self, *a, **k))
+    monkeypatch.setattr(training, "_REFERENCE_LOGPS", {})
+
+    def ref_columns(ref, rows, folder):
+        trainer = training.dpo_trainer(copy.deepcopy(policy), ref, tokenizer, get_profile("cpu-tiny", seed=0), recipe,
+                                       tmp_path / folder, rows)
+        return trainer.train_dataset["ref_chosen_logps"], trainer.train_dataset["ref_rejected_logps"]
+
+    first = ref_columns(reference, _pairs() * 2, "a")
+    assert ref_columns(copy.deepcopy(reference), _pairs() * 2, "b") == first and len(passes) == 1   # reused, exactly
+    ref_columns(reference, _pairs(), "c")                                    # other pairs: scored
+    assert len(passes) == 2
+    other = copy.deepcopy(reference)
+    with torch.no_grad():
+        next(other.parameters()).add_(0.01)
+    assert ref_columns(other, _pairs() * 2, "d") != first and len(passes) == 3   # another reference: scored
+
+
 def test_pair_logps_and_implicit_reward_accuracy(tokenizer, tiny_pair):
     policy, reference = tiny_pair
     rows = _pairs()
