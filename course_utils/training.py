@@ -180,21 +180,22 @@ def dpo_trainer(model, ref_model, tokenizer, profile: Profile, recipe: DPORecipe
 
 
 _REFERENCE_LOGPS: dict[tuple, dict] = {}
-"""precomputed reference log-probs by (reference weights' hash, tokenized pairs' hash, batch size): see
-:func:`dpo_trainer_class`"""
+"""precomputed reference log-probs by (reference weights' hash, tokenized pairs' hash, batch size, the pass's
+settings): see :func:`dpo_trainer_class`"""
 
 
 def dpo_trainer_class():
     """TRL's ``DPOTrainer``, whose precomputed reference log-probs are reused within the process.
 
     With ``precompute_ref_log_probs=True`` TRL scores every pair under the reference before training and caches the
-    scores in a file named after the dataset's fingerprint; a dataset built in memory gets a random fingerprint, so a
-    second trainer on the same pairs scores them all again. This subclass keys the scores by what determines them:
-    the reference's weights (TRL's own hash of them), the tokenized pairs in their order, and the batch size (which
-    fixes each batch's padding). A hit returns the very numbers the first pass computed (tested), so training runs as
-    it would have; a miss is TRL's pass unchanged. The pass's data loader takes one number from torch's global
-    generator, so after a hit the process's random stream lacks that draw: what is sampled later (a KL estimate, say)
-    is another draw of the same estimate.
+    scores in a file named after the dataset's fingerprint; a dataset built in memory gets a random fingerprint, so
+    a second trainer on the same pairs scores them all again. This subclass keys the scores by what determines them:
+    the reference's weights (TRL's own hash of them), the tokenized pairs in their order, the batch size (which
+    fixes each batch's padding), and the settings the pass reads (LD-DPO's ``ld_alpha``, bf16/fp16 autocast). A hit
+    returns the very numbers the first pass computed (tested), so training runs as it would have; a miss is TRL's
+    pass unchanged. The pass's data loader takes one number from torch's global generator, so after a hit the
+    process's random stream lacks that draw: what is sampled later (a KL estimate, say) is another draw of the same
+    estimate.
     """
     import hashlib
 
@@ -210,7 +211,8 @@ def dpo_trainer_class():
                 digest.update(column.encode())
                 for value in dataset[column]:                  # token ids, texts: repr is exact for both
                     digest.update(repr(value).encode() + b"|")
-            key = (self._precompute_model_hash, digest.hexdigest(), batch_size)
+            key = (self._precompute_model_hash, digest.hexdigest(), batch_size,   # and how the pass scores them:
+                   getattr(self, "ld_alpha", None), self.args.bf16, self.args.fp16)   # LD-DPO, precision
             kept = _REFERENCE_LOGPS.get(key)
             if kept is not None:
                 return concatenate_datasets([dataset, Dataset.from_dict(kept["columns"], features=kept["features"])],
