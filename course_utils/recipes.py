@@ -370,7 +370,7 @@ class AgenticRecipe:
     """LoRA rank in GRPO (0: all weights train)"""
     max_completion_length: int = 64
     """tokens of a whole rollout, the model's and the tool's: a call with five addends, its result and the answer
-    take 55"""
+    take about 55"""
     max_calls: int = 1
     """rounds of tool calls per rollout (TRL's max_tool_calling_iterations)"""
     side_steps: int = 30
