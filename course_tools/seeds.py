@@ -340,7 +340,20 @@ def results_table(records: dict[int, list[dict]]) -> str:
         first = next((by_seed[s][number] for s in seeds if number in by_seed[s]), None)
         rows.append((number, _label(label, first), *(cell(by_seed[s][number]) if number in by_seed[s] else "–"
                                                      for s in seeds)))
+    rows.append(("–", "the commit the seed ran at (a column from before a recipe change measured the older recipe)",
+                 *(_commit(records[s]) for s in seeds)))
     return markdown_rows(("#", "run", *(f"seed {s}" for s in seeds)), rows) + "\n"
+
+
+def _commit(records: list[dict]) -> str:
+    """The commit a seed's records were written at (the first one that names it), its first 7 characters, with
+    ``-dirty`` kept: ``–`` where none names one."""
+    commit = next((r.get("environment", {}).get("commit") for r in records
+                   if r.get("environment", {}).get("commit")), None)
+    if not commit:
+        return "–"
+    head, dirty = commit.removesuffix("-dirty"), commit.endswith("-dirty")
+    return f"`{head[:7]}{'-dirty' * dirty}`"
 
 
 RESULTS_DOC = "docs/results.md"

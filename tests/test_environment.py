@@ -293,7 +293,9 @@ def test_the_results_page_holds_the_rows_make_seeds_writes():
     lines = page.split(TABLE_START, 1)[1].split(TABLE_END, 1)[0].strip("\n").splitlines()
     seeds = re.findall(r"\| seed (\d+)", lines[0])
     assert seeds and lines[0] == "| # | run | " + " | ".join(f"seed {s}" for s in seeds) + " |"
-    assert len(lines) == 2 + len(RESULTS_ROWS)
+    assert len(lines) == 3 + len(RESULTS_ROWS)        # the last row: the commit each seed ran at
+    assert re.fullmatch(r"\| – \| the commit the seed ran at [^|]+\|" + r"( (`[0-9a-f]{7}(-dirty)?`|–) \|)" * len(seeds),
+                        lines[-1]), lines[-1]
     for line, (number, label, _) in zip(lines[2:], RESULTS_ROWS):
         pattern = "".join("[^|]+?" if part.startswith("{") else re.escape(part)
                           for part in re.split(r"(\{[^{}]+\})", label))
@@ -305,9 +307,14 @@ def test_the_results_table_takes_each_cell_and_step_count_from_the_records():
     ppo = lambda seed, after, steps: dict(_record("05_ppo", seed, after), extra={"verifier_steps": steps})
     text = results_table({1234: [ppo(1234, 0.625, 60)], 7: [ppo(7, 0.875, 80)]})
     lines = text.splitlines()
-    assert lines[0] == "| # | run | seed 1234 | seed 7 |" and len(lines) == 2 + len(RESULTS_ROWS)
+    assert lines[0] == "| # | run | seed 1234 | seed 7 |" and len(lines) == 3 + len(RESULTS_ROWS)
+    assert lines[-1].endswith("| – | – |")               # no record names its commit: a dash, never a guess
     row = next(line for line in lines if "rule-based verifier" in line)
     assert row == "| 05 | PPO against the rule-based verifier, 60 steps | 10.0% → 62.5% | 10.0% → 87.5% |"  # first seed's steps
     dpo = next(line for line in lines if line.startswith("| 06 | DPO on self-generated"))
     assert dpo.endswith("? steps | – | – |")              # no record: a dash per seed, never a number made up
     assert {n for n, *_ in RESULTS_ROWS} == {f"{i:02d}" for i in range(2, 13) if i not in (3, 4)}
+    env = lambda commit: {"environment": {"commit": commit}}
+    assert results_table({3: [dict(ppo(3, 0.5, 60), **env("4d7a9c9bdf05"))],
+                          5: [dict(ppo(5, 0.5, 60), **env("6d79f30d9a2c-dirty"))]}).splitlines()[-1].endswith(
+        "| `4d7a9c9` | `6d79f30-dirty` |")
