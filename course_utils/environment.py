@@ -35,14 +35,21 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-@lru_cache(maxsize=1)
-def git_commit() -> str:
-    """The course checkout's commit, with ``-dirty`` if it has uncommitted changes; ``unknown`` outside git."""
-    root = Path(__file__).resolve().parent.parent
+RECORDS_PATHS = ("docs/seeds", "docs/results.md")
+"""what ``make seeds`` itself writes into the checkout: changes there do not make a run's code ``-dirty`` (the
+second seed of ``make seeds SEEDS="1234 7"`` runs beside the first one's fresh records)"""
+
+
+@lru_cache(maxsize=4)
+def git_commit(root: Path | None = None) -> str:
+    """The course checkout's commit (``root``: the checkout, by default this package's), with ``-dirty`` if it has
+    uncommitted changes outside :data:`RECORDS_PATHS`; ``unknown`` outside git."""
+    root = root or Path(__file__).resolve().parent.parent
     try:
         sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
                              text=True, timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                *(f":(exclude){p}" for p in RECORDS_PATHS)], cwd=root,
                                capture_output=True, text=True, timeout=10, check=True).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"

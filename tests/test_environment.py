@@ -2,6 +2,7 @@
 import ast
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,28 @@ def test_the_environment_record_names_versions_cpu_threads_and_commit():
     assert re.fullmatch(r"[0-9a-f]{12}(-dirty)?|unknown", rec["commit"])
     text = environment.environment_markdown(rec)
     assert rec["cpu_capability"] in text and "transformers " + rec["packages"]["transformers"] in text
+
+
+def test_the_commit_is_dirty_for_code_changes_and_not_for_the_records_make_seeds_writes(tmp_path):
+    git = lambda *args: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path,
+                                       check=True, capture_output=True)
+    (tmp_path / "docs" / "seeds" / "s1").mkdir(parents=True)
+    files = {"code.py": "x = 1\n", "docs/results.md": "table\n", "docs/seeds/s1/checks.json": "{}\n"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "start")
+    clean = environment.git_commit(tmp_path)
+    assert re.fullmatch(r"[0-9a-f]{12}", clean)
+    (tmp_path / "docs/results.md").write_text("another table\n")         # what make seeds writes after a seed
+    (tmp_path / "docs/seeds/s1/checks.json").write_text("[]\n")
+    environment.git_commit.cache_clear()
+    assert environment.git_commit(tmp_path) == clean
+    (tmp_path / "code.py").write_text("x = 2\n")                          # the code itself changed
+    environment.git_commit.cache_clear()
+    assert environment.git_commit(tmp_path) == clean + "-dirty"
+    environment.git_commit.cache_clear()
 
 
 def test_every_results_file_carries_the_environment(tmp_path, monkeypatch):
