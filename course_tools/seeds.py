@@ -348,8 +348,7 @@ def results_table(records: dict[int, list[dict]]) -> str:
 def _commit(records: list[dict]) -> str:
     """The commit a seed's records were written at (the first one that names it), its first 7 characters, with
     ``-dirty`` kept: ``–`` where none names one."""
-    commit = next((r.get("environment", {}).get("commit") for r in records
-                   if r.get("environment", {}).get("commit")), None)
+    commit = next((c for r in records if (c := r.get("environment", {}).get("commit"))), None)
     if not commit:
         return "–"
     head, dirty = commit.removesuffix("-dirty"), commit.endswith("-dirty")

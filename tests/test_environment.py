@@ -59,6 +59,11 @@ def test_the_environment_record_names_versions_cpu_threads_and_commit():
     assert rec["cpu_capability"] in text and "transformers " + rec["packages"]["transformers"] in text
 
 
+def test_the_records_left_out_of_dirty_are_the_ones_make_seeds_writes():
+    from course_tools.seeds import KEPT_RECORDS, RESULTS_DOC
+    assert set(environment.RECORDS_PATHS) == {KEPT_RECORDS, RESULTS_DOC}
+
+
 def test_the_commit_is_dirty_for_code_changes_and_not_for_the_records_make_seeds_writes(tmp_path):
     git = lambda *args: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path,
                                        check=True, capture_output=True)
