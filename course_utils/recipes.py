@@ -308,8 +308,9 @@ class DistillRecipe:
     max_new_tokens: int = 48
     """answer length limit for the teacher's answers and on-policy samples"""
     timed_sft_steps: int = 1200
-    """section 6, equal time: SFT steps on the teacher's answers from the shared start (about as long on a CPU as
-    each run below, so the methods compare at equal time), at compare_learning_rate, constant after 5 warm-up steps"""
+    """section 6, equal time: SFT steps on the teacher's answers from the shared start (chosen to take about as long on
+    a CPU as each run below, so the methods compare at roughly equal time; the table prints each run's seconds), at
+    compare_learning_rate, constant after 5 warm-up steps"""
     opd_steps: int = 200
     """section 6: on-policy distillation steps (TRL DistillationTrainer, reverse KL): each samples batch_size answers"""
     opd_learning_rate: float = 3e-4
