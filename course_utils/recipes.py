@@ -340,8 +340,8 @@ class AgenticRecipe:
     it (question -> call -> result -> answer)"""
     sft_max_steps: int = 1500
     """cap on the cold start's SFT steps (batch 32). It stops earlier, at the first check where its calls copy the
-    question's numbers right often enough (``skill_target``): that skill is learned late and suddenly, at a step that
-    varies with the seed, so any fixed count of steps is too few at some seeds. Past the cap the notebook stops and
+    question's numbers right often enough (``skill_target``): that skill is learned late and often suddenly, at a step
+    that varies with the seed, so any fixed count of steps is too few at some seeds. Past the cap the notebook stops and
     names the cause: GRPO would get a policy with nothing to reinforce"""
     sft_schedule: str = "constant"
     """the cold start's learning-rate schedule: constant after the warm-up, so the learning rate the skill arrives at
