@@ -7,7 +7,8 @@ each piece against TRL (or the paper's formula) on the same tensors, and ``tests
 * **entropy collapse** — :func:`high_entropy_mask`, the tokens a run trains on when it keeps only the high-entropy
   minority (Wang et al., arXiv 2506.01939; TRL's ``top_entropy_quantile``);
 * **a reward that rewards nothing** — :class:`RandomReward`, the random-reward control of Shao et al. (arXiv
-  2506.10947), and :func:`fixed_and_broken`, a paired count of the problems a run fixed and broke;
+  2506.10947), and :func:`fixed_and_broken`, a paired count of the problems a run fixed and broke, with
+  :func:`paired_z`, its z-score (08's check that RL round 2 keeps SFT round 2's accuracy uses both);
 * **length running away** — DAPO's soft overlong punishment (:func:`soft_overlong_punishment`,
   :class:`SoftOverlongPunishment`; TRL's ``get_soft_overlong_punishment``);
 * **the sampler is not the trainer** — :func:`truncate_logits` and :func:`truncated_logps`, top-k / top-p sampling
@@ -125,6 +126,18 @@ def fixed_and_broken(before: Sequence[bool], after: Sequence[bool]) -> tuple[int
     fixed = sum(1 for b, a in zip(before, after) if a and not b)
     broken = sum(1 for b, a in zip(before, after) if b and not a)
     return fixed, broken
+
+
+def paired_z(fixed: int, broken: int) -> float:
+    """The z-score of a paired comparison (:func:`fixed_and_broken`): ``(fixed - broken) / sqrt(fixed + broken)``.
+
+    If the two runs differed only by chance, each problem that changed would be fixed or broken with even odds, so
+    ``fixed - broken`` would spread as ``sqrt(fixed + broken)``: beyond about ±2 the difference is unlikely to be noise
+    (a sign test). 0 when no problem changed.
+    """
+    if fixed < 0 or broken < 0:
+        raise ValueError(f"counts cannot be negative: fixed={fixed}, broken={broken}")
+    return (fixed - broken) / max(fixed + broken, 1) ** 0.5
 
 
 # --------------------------------------------------------------------------- the sampler is not the trainer

@@ -84,6 +84,14 @@ def test_fixed_and_broken():
         rl_failures.fixed_and_broken([True], [True, False])
 
 
+def test_paired_z():
+    assert rl_failures.paired_z(0, 0) == 0.0
+    assert rl_failures.paired_z(1, 2) == pytest.approx(-1 / 3 ** 0.5)
+    assert rl_failures.paired_z(9, 0) == pytest.approx(3.0)
+    with pytest.raises(ValueError):
+        rl_failures.paired_z(-1, 2)
+
+
 def _warped(logits, top_k, top_p):
     from transformers.generation.logits_process import LogitsProcessorList, TopKLogitsWarper, TopPLogitsWarper
     warpers = LogitsProcessorList(([TopKLogitsWarper(top_k)] if top_k else [])
