@@ -145,7 +145,8 @@ class Eval:
     """A model measured on ``n`` held-out problems (fractions in [0, 1]).
 
     ``accuracy`` / ``format_rate``: greedy; ``pass_at_1`` / ``pass_at_k``: sampled (None if not asked);
-    ``score``: the mean of a scorer (e.g. a reward model) over the greedy answers (None if none given);
+    ``score``: the mean of a scorer (e.g. a reward model) over the greedy answers (None if none given), and
+    ``scores`` its value per problem (to compare two runs problem by problem);
     ``mean_tokens``: the greedy answers' mean length in tokens; ``right_off_working_rate``: the share of greedy
     answers that are right although their think section concludes another number (``evaluation.right_off_working``:
     what an answer-only verifier cannot see); ``correct``: per problem, whether the greedy
@@ -167,10 +168,11 @@ class Eval:
     right_off_working_rate: float | None = None
     correct: tuple = ()
     samples: tuple = ()
+    scores: tuple = ()
 
     def summary(self) -> dict:
         """The figures without the per-problem lists: what a results file or a table keeps."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("correct", "samples")}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("correct", "samples", "scores")}
 
 
 def evaluate(model, tokenizer, profile, *, k: int | None = None, temperature: float = 1.0,
@@ -195,7 +197,7 @@ def evaluate(model, tokenizer, profile, *, k: int | None = None, temperature: fl
         extra.update(pass_at_1=sampled["pass@1"], pass_at_k=sampled["pass@k"], k=k, temperature=temperature)
     if scorer is not None:
         scores = scorer([s["question"] for s in samples], [s["completion"] for s in samples])
-        extra["score"] = float(sum(scores) / len(scores))
+        extra.update(score=float(sum(scores) / len(scores)), scores=tuple(float(x) for x in scores))
     return Eval(accuracy=greedy["accuracy"], format_rate=greedy["format_rate"], n=greedy["n"],
                 stderr=greedy["stderr"], failures=greedy["failures"], mean_tokens=sum(lengths) / len(lengths),
                 right_off_working_rate=greedy["right_off_working_rate"],

@@ -8,7 +8,8 @@ each piece against TRL (or the paper's formula) on the same tensors, and ``tests
   minority (Wang et al., arXiv 2506.01939; TRL's ``top_entropy_quantile``);
 * **a reward that rewards nothing** — :class:`RandomReward`, the random-reward control of Shao et al. (arXiv
   2506.10947), and :func:`fixed_and_broken`, a paired count of the problems a run fixed and broke, with
-  :func:`paired_z`, its z-score (the check cells of 07, 08, 09 and 13 compare runs problem by problem with both);
+  :func:`paired_z`, its z-score (the check cells of 07, 08, 09 and 13 compare runs problem by problem with both),
+  and :func:`paired_t`, the same comparison for a score per problem (05's check cell);
 * **length running away** — DAPO's soft overlong punishment (:func:`soft_overlong_punishment`,
   :class:`SoftOverlongPunishment`; TRL's ``get_soft_overlong_punishment``);
 * **the sampler is not the trainer** — :func:`truncate_logits` and :func:`truncated_logps`, top-k / top-p sampling
@@ -138,6 +139,28 @@ def paired_z(fixed: int, broken: int) -> float:
     if fixed < 0 or broken < 0:
         raise ValueError(f"counts cannot be negative: fixed={fixed}, broken={broken}")
     return (fixed - broken) / max(fixed + broken, 1) ** 0.5
+
+
+def paired_t(before: Sequence[float], after: Sequence[float]) -> float:
+    """The paired t-statistic of a score measured per problem in two runs (a reward model's score of each greedy
+    answer, say): the mean of the differences ``after - before`` over its standard error.
+
+    .. math:: t = \\frac{\\bar d}{s_d / \\sqrt n},\\qquad d_i = a_i - b_i,\\quad
+              s_d^2 = \\frac{1}{n-1}\\sum_i (d_i - \\bar d)^2
+
+    As with :func:`paired_z`, beyond about ±2 the change is unlikely to be noise: pairing removes what the problems
+    themselves contribute to the spread (a hard problem scores low in both runs). 0 when no score changed; ±inf when
+    every problem changed by the same amount.
+    """
+    if len(before) != len(after):
+        raise ValueError(f"the runs scored different problems: {len(before)} and {len(after)}")
+    if len(before) < 2:
+        raise ValueError(f"a paired t needs at least 2 problems, got {len(before)}")
+    d = np.asarray(after, dtype=np.float64) - np.asarray(before, dtype=np.float64)
+    mean, sd = float(d.mean()), float(d.std(ddof=1))
+    if sd == 0.0:
+        return 0.0 if mean == 0.0 else float(np.copysign(np.inf, mean))
+    return mean / (sd / len(d) ** 0.5)
 
 
 # --------------------------------------------------------------------------- the sampler is not the trainer

@@ -93,7 +93,8 @@ def test_evaluate_takes_size_and_budget_from_the_profile_only(monkeypatch, token
     ev = experiment.evaluate(None, tokenizer, profile, k=4, scorer=lambda q, c: [1.0] * len(c), keep_samples=True)
     assert calls == [("greedy", 200, 37), ("sample", 200, 37)]
     assert ev.n == 200 and ev.k == 4 and ev.pass_at_1 == 0.0 and ev.score == 1.0 and len(ev.samples) == 200
-    assert ev.mean_tokens > 5 and "samples" not in ev.summary() and "correct" not in ev.summary()
+    assert ev.mean_tokens > 5 and not {"samples", "correct", "scores"} & set(ev.summary())
+    assert ev.scores == (1.0,) * 200   # the scorer's value per problem, in the problems' order
     assert ev.correct == (False,) * 200 and ev.accuracy == 0.0   # "2" is not the answer of any held-out sum
     assert experiment.evaluate(None, tokenizer, profile).pass_at_1 is None and calls[-1][0] == "greedy"
 

@@ -84,6 +84,18 @@ def test_fixed_and_broken():
         rl_failures.fixed_and_broken([True], [True, False])
 
 
+def test_paired_t():
+    assert rl_failures.paired_t([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]) == 0.0
+    assert rl_failures.paired_t([0.0, 0.0], [1.0, 1.0]) == float("inf")
+    before, after = [0.0, 1.0, 2.0, 3.0], [0.5, 1.0, 3.0, 3.5]   # differences 0.5, 0, 1, 0.5: mean 0.5, sd sqrt(1/6)
+    assert rl_failures.paired_t(before, after) == pytest.approx(0.5 / ((1 / 6) ** 0.5 / 2))
+    assert rl_failures.paired_t(after, before) == pytest.approx(-rl_failures.paired_t(before, after))
+    with pytest.raises(ValueError, match="different problems"):
+        rl_failures.paired_t([1.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="at least 2"):
+        rl_failures.paired_t([1.0], [2.0])
+
+
 def test_paired_z():
     assert rl_failures.paired_z(0, 0) == 0.0
     assert rl_failures.paired_z(1, 2) == pytest.approx(-1 / 3 ** 0.5)
