@@ -8,7 +8,7 @@ each piece against TRL (or the paper's formula) on the same tensors, and ``tests
   minority (Wang et al., arXiv 2506.01939; TRL's ``top_entropy_quantile``);
 * **a reward that rewards nothing** — :class:`RandomReward`, the random-reward control of Shao et al. (arXiv
   2506.10947), and :func:`fixed_and_broken`, a paired count of the problems a run fixed and broke, with
-  :func:`paired_z`, its z-score (the check cells of 07, 08, 09 and 13 compare runs problem by problem with both),
+  :func:`paired_z`, its z-score (the check cells of 05, 07, 08, 09 and 13 compare runs problem by problem with both),
   and :func:`paired_t`, the same comparison for a score per problem (05's check cell);
 * **length running away** — DAPO's soft overlong punishment (:func:`soft_overlong_punishment`,
   :class:`SoftOverlongPunishment`; TRL's ``get_soft_overlong_punishment``);
