@@ -287,6 +287,11 @@ class DistillRecipe:
     seq_steps)"""
     seq_check_every: int = 25
     """steps between those checks (200 validation problems each)"""
+    seq_cycles: int = 2
+    """learning-rate schedules of seq_steps each that run may use: one that has not reached seq_target after the first
+    goes on from where it stopped with a fresh schedule (a warm restart); the check cell fails if the last ends below
+    it. The climb to the target is sudden and its step varies from seed to seed; a second schedule lets a late climb
+    finish without lengthening the schedule of runs that climb early"""
     learning_rate: float = 3e-3
     """peak learning rate of that from-scratch run (cosine over seq_steps)"""
     compare_steps: int = 100

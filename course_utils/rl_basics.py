@@ -8,7 +8,8 @@ language models lives in other modules. Everything takes an explicit
 * Bandits: :class:`BernoulliBandit`, on-policy REINFORCE and off-policy
   importance-weighted policy gradient from a fixed behaviour policy.
 * Gridworld: the cliff walk, :func:`td_control` = SARSA (on-policy TD) or Q-learning (off-policy TD);
-  :func:`walk` (where a learned epsilon-greedy policy goes) and :func:`greedy_path`.
+  :func:`walk` (where a learned epsilon-greedy policy goes), :func:`walk_height`, :func:`greedy_path`, and
+  :func:`cliff_runs`, several independent runs of one method.
 * Importance sampling: :func:`importance_sampling_estimate` (plain or with truncated weights).
 * Monte Carlo: :func:`mc_pi`, :func:`mc_integral_hit_or_miss`,
   :func:`policy_gradient_estimates` (with and without a baseline).
@@ -147,18 +148,20 @@ def td_control(env: CliffWalk, rng: np.random.Generator, method: str, episodes: 
     Both act epsilon-greedily and update ``Q(s, a) += alpha * (target - Q(s, a))``. The only
     difference is the TD target: SARSA bootstraps from the action ``a'`` its epsilon-greedy
     policy *will actually take*; Q-learning from the greedy ``max_a Q(s', a)``, whatever it
-    does next. Returns ``(returns_per_episode, Q)``.
+    does next. Returns ``(returns, Q, falls)``: each episode's return, the final Q-table, and how many of each
+    episode's steps went into the cliff.
     """
     if method not in ("sarsa", "q_learning"):
         raise ValueError(f"method must be 'sarsa' or 'q_learning', got {method!r}")
     q = np.zeros((env.rows, env.cols, 4))
-    returns = []
+    returns, falls = [], []
     for _ in range(episodes):
-        s, total = env.start, 0.0
+        s, total, fell = env.start, 0.0, 0
         a = eps_greedy(q, s, eps, rng)
         for _ in range(max_steps):
             s2, r, done = env.step(s, a)
             total += r
+            fell += r == -100.0                               # a step into the cliff (and back to the start)
             a2 = eps_greedy(q, s2, eps, rng)                  # the action it will really take next
             if done:
                 target = r                                    # no future after the goal
@@ -171,7 +174,8 @@ def td_control(env: CliffWalk, rng: np.random.Generator, method: str, episodes: 
             if done:
                 break
         returns.append(total)
-    return returns, q
+        falls.append(int(fell))
+    return returns, q, falls
 
 
 def walk(env: CliffWalk, q: np.ndarray, rng: np.random.Generator, eps: float = 0.1, episodes: int = 100,
@@ -192,6 +196,37 @@ def walk(env: CliffWalk, q: np.ndarray, rng: np.random.Generator, eps: float = 0
             if done:
                 break
     return visits, int(falls)
+
+
+def walk_height(env: CliffWalk, visits: np.ndarray) -> float:
+    """How far above the cliff a :func:`walk` went: the mean number of rows above the cliff row of the cells it
+    entered between the start column and the goal column (0: along the cliff's edge is impossible, 1: the row next
+    to it; the start and goal columns, which every walk crosses, are left out)."""
+    heights = (env.rows - 1 - np.arange(env.rows))[:, None]
+    inner = visits[:, 1:-1]
+    return float((heights * inner).sum() / inner.sum())
+
+
+def cliff_runs(env: CliffWalk, seed: int, method: str, runs: int = 10, episodes: int = 400,
+               walk_episodes: int = 100) -> dict:
+    """``runs`` independent runs of :func:`td_control` with ``method``, each followed by a :func:`walk` of its final
+    Q-table: one run is a noisy draw (a constant step size keeps Q moving), their average is the algorithm's behaviour.
+
+    Run k samples with ``np.random.default_rng([seed, k])`` and walks with ``default_rng([seed, k, 1])``, so each
+    method sees the same seeds. Returns a dict: ``returns`` and ``falls``, arrays ``(runs, episodes)`` of each training
+    episode's return and steps into the cliff; ``q``, the final Q-tables; ``walks``, each walk's ``(visits, falls)``;
+    ``heights``, each walk's :func:`walk_height`; ``paths``, each Q-table's :func:`greedy_path`.
+    """
+    out = {"returns": [], "falls": [], "q": [], "walks": [], "heights": [], "paths": []}
+    for k in range(runs):
+        returns, q, falls = td_control(env, np.random.default_rng([seed, k]), method, episodes=episodes)
+        visits, walk_falls = walk(env, q, np.random.default_rng([seed, k, 1]), episodes=walk_episodes)
+        for key, value in (("returns", returns), ("falls", falls), ("q", q), ("walks", (visits, walk_falls)),
+                           ("heights", walk_height(env, visits)), ("paths", greedy_path(env, q))):
+            out[key].append(value)
+    out["returns"], out["falls"] = np.array(out["returns"]), np.array(out["falls"])
+    out["heights"] = np.array(out["heights"])
+    return out
 
 
 def greedy_path(env: CliffWalk, q: np.ndarray, max_steps: int = 60) -> list[tuple[int, int]]:

@@ -79,12 +79,15 @@ def test_nim_rules():
 
 def test_sarsa_is_safer_than_q_learning_on_the_cliff():
     env = rl_basics.CliffWalk()
-    sarsa, q_s = rl_basics.td_control(env, np.random.default_rng(0), "sarsa", episodes=300)
-    qlearn, q_q = rl_basics.td_control(env, np.random.default_rng(0), "q_learning", episodes=300)
+    sarsa, q_s, falls_s = rl_basics.td_control(env, np.random.default_rng(0), "sarsa", episodes=300)
+    qlearn, q_q, falls_q = rl_basics.td_control(env, np.random.default_rng(0), "q_learning", episodes=300)
     assert np.mean(sarsa[-100:]) > np.mean(qlearn[-100:])
     assert len(rl_basics.greedy_path(env, q_q)) == 14  # the shortest path, along the edge: 13 moves
     assert min(r for r, _ in rl_basics.greedy_path(env, q_s)) < 2  # SARSA's path climbs away from the cliff
     assert min(r for r, _ in rl_basics.greedy_path(env, q_q)) == 2  # Q-learning walks the row next to the cliff
+    assert len(falls_s) == 300 and sum(falls_s) < sum(falls_q)      # and falls less while it trains
+    # a fall costs 100 and every other step 1: each return is -(steps - falls) - 100 * falls, at most -13
+    assert all(r <= -13 - 99 * f for r, f in zip(sarsa, falls_s))
     with pytest.raises(ValueError):
         rl_basics.td_control(env, np.random.default_rng(0), "expected_sarsa")
 
@@ -92,12 +95,33 @@ def test_sarsa_is_safer_than_q_learning_on_the_cliff():
 def test_sarsa_and_q_learning_coincide_without_exploration():
     """With eps = 0 the action taken is the greedy one, so the two TD targets are the same number."""
     env = rl_basics.CliffWalk()
-    _, q_s = rl_basics.td_control(env, np.random.default_rng(3), "sarsa", episodes=30, eps=0.0)
-    _, q_q = rl_basics.td_control(env, np.random.default_rng(3), "q_learning", episodes=30, eps=0.0)
+    _, q_s, _ = rl_basics.td_control(env, np.random.default_rng(3), "sarsa", episodes=30, eps=0.0)
+    _, q_q, _ = rl_basics.td_control(env, np.random.default_rng(3), "q_learning", episodes=30, eps=0.0)
     np.testing.assert_array_equal(q_s, q_q)
-    _, q_s = rl_basics.td_control(env, np.random.default_rng(3), "sarsa", episodes=30, eps=0.1)
-    _, q_q = rl_basics.td_control(env, np.random.default_rng(3), "q_learning", episodes=30, eps=0.1)
+    _, q_s, _ = rl_basics.td_control(env, np.random.default_rng(3), "sarsa", episodes=30, eps=0.1)
+    _, q_q, _ = rl_basics.td_control(env, np.random.default_rng(3), "q_learning", episodes=30, eps=0.1)
     assert not np.array_equal(q_s, q_q)  # with exploration the targets differ
+
+
+def test_cliff_runs_are_independent_and_averaged_per_method():
+    env = rl_basics.CliffWalk()
+    runs = rl_basics.cliff_runs(env, 5, "q_learning", runs=3, episodes=60, walk_episodes=5)
+    assert runs["returns"].shape == runs["falls"].shape == (3, 60) and runs["heights"].shape == (3,)
+    assert len(runs["q"]) == len(runs["walks"]) == len(runs["paths"]) == 3
+    assert not np.array_equal(runs["returns"][0], runs["returns"][1])          # each run its own seed
+    returns, q, falls = rl_basics.td_control(env, np.random.default_rng([5, 1]), "q_learning", episodes=60)
+    np.testing.assert_array_equal(runs["returns"][1], returns)                  # run k: default_rng([seed, k])
+    np.testing.assert_array_equal(runs["q"][1], q)
+    assert runs["heights"][1] == rl_basics.walk_height(env, runs["walks"][1][0])
+
+
+def test_walk_height():
+    env = rl_basics.CliffWalk()
+    visits = np.zeros((env.rows, env.cols))
+    visits[2, :] = 1          # the row next to the cliff: 1 row above it
+    assert rl_basics.walk_height(env, visits) == 1.0
+    visits[0, 1:-1] = 1       # as many cells 3 rows up: the mean is 2
+    assert rl_basics.walk_height(env, visits) == 2.0
 
 
 def test_walk_counts_visits_and_falls():
