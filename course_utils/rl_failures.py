@@ -62,8 +62,10 @@ class RandomReward:
 
     The random-reward control of Shao et al. ("Spurious Rewards", arXiv 2506.10947, with p = 0.5): whatever a run with
     it changes is not learned from the reward. On-policy (a ratio of 1, as in the course's GRPO recipe) its expected
-    policy gradient is 0, so a held-out change is noise; with clipping active the clip's bias can move a model towards
-    what it already does, which is how the paper saw random rewards raise some models' accuracy. The draws come from
+    policy gradient is 0, but each step's sampled gradient is not: the steps add up to a random walk, and a held-out
+    change can be large (notebook 13's run with it can lose much of its start's accuracy) without pointing anywhere the
+    reward asked; with clipping active the clip's bias can move a model towards what it already does, which is how the
+    paper saw random rewards raise some models' accuracy. The draws come from
     a generator of its own (``seed``), so the run's sampling sees the same global random stream as a run with another
     reward.
     """
