@@ -278,8 +278,8 @@ class DistillRecipe:
     prompts: int = 2000
     """train-split questions the teacher answers (greedy); their reference answers are never trained on"""
     seq_steps: int = 800
-    """at most this many SFT steps from scratch on the teacher's answers: sequence-level distillation, and the shared
-    start below (a fixed number of steps gives starts far apart in held-out accuracy across seeds and machines: too
+    """steps of one learning-rate schedule of the SFT run from scratch on the teacher's answers (at most seq_cycles
+    schedules): sequence-level distillation, and the shared start below (a fixed number of steps gives starts far apart in held-out accuracy across seeds and machines: too
     little headroom at some, too little skill at others)"""
     seq_target: float | None = 0.5
     """stop that run at the first check whose validation accuracy reaches this, as 02's cold start does: the starts
