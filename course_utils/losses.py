@@ -146,8 +146,9 @@ def kl_estimate(logps: torch.Tensor, ref_logps: torch.Tensor, kind: str = "k1") 
     * ``"k2"``: ``½ (log r)²`` — never negative, biased (exact to second order);
     * ``"k3"``: ``r − 1 − log r = exp(ref − logp) − (ref − logp) − 1`` — unbiased and never negative.
 
-    k2 and k3 have a small spread near π_ref and a heavy tail far from it (``r`` blows up
-    on tokens the policy has made unlikely).
+    k2 and k3 have a small spread near π_ref. Far from it they can grow large: k2 on any token whose
+    log-ratio is large, k3 where ``r`` blows up, on tokens the policy has made unlikely, which sampling from π
+    seldom draws (so k3's measured spread may stay below k1's).
 
     Each is averaged over samples to estimate the KL; TRL's PPO used k1 as a per-token
     reward penalty, GRPO puts k3 in the loss.

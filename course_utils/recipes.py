@@ -355,7 +355,7 @@ class AgenticRecipe:
     """peak learning rate of the cold start"""
     skill_target: float = 0.8
     """the cold start stops once it is right on this share of the validation problems it calls the tool on: enough
-    right calls in every group for GRPO to reinforce"""
+    right calls for GRPO's groups to differ, so that it has calls to reinforce"""
     check_every: int = 100
     """cold-start steps between two measurements of the skill"""
     check_problems: int = 100
