@@ -279,8 +279,8 @@ class DistillRecipe:
     """train-split questions the teacher answers (greedy); their reference answers are never trained on"""
     seq_steps: int = 800
     """steps of one learning-rate schedule of the SFT run from scratch on the teacher's answers (at most seq_cycles
-    schedules): sequence-level distillation, and the shared start below (a fixed number of steps gives starts far apart in held-out accuracy across seeds and machines: too
-    little headroom at some, too little skill at others)"""
+    schedules): sequence-level distillation, and the shared start below (a fixed number of steps gives starts far
+    apart in held-out accuracy across seeds and machines: too little headroom at some, too little skill at others)"""
     seq_target: float | None = 0.5
     """stop that run at the first check whose validation accuracy reaches this, as 02's cold start does: the starts
     still spread (the curve is steep there) but far less than after a fixed number of steps (None: run all

@@ -65,9 +65,8 @@ class RandomReward:
     policy gradient is 0, but each step's sampled gradient is not: the steps add up to a random walk, and a held-out
     change can be large (notebook 13's run with it can lose much of its start's accuracy) without pointing anywhere the
     reward asked; with clipping active the clip's bias can move a model towards what it already does, which is how the
-    paper saw random rewards raise some models' accuracy. The draws come from
-    a generator of its own (``seed``), so the run's sampling sees the same global random stream as a run with another
-    reward.
+    paper saw random rewards raise some models' accuracy. The draws come from a generator of its own (``seed``), so
+    the run's sampling sees the same global random stream as a run with another reward.
     """
 
     __name__ = "random_reward"
